@@ -1,0 +1,1 @@
+"""rlhf_operator: the Kubernetes operator that runs RLHFJobs on KubeRay."""

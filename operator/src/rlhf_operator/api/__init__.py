@@ -1,0 +1,1 @@
+"""The RLHFJob API. Imports pydantic and rlhf_trainer.config only."""

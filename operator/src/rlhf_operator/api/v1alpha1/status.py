@@ -1,0 +1,133 @@
+"""`status` of an RLHFJob. The operator computes all of it except `trainer`, which the
+trainer writes and the operator only reads. Phases, condition types and reasons are closed
+enums (as KubeRay's are): dashboards and alerts can rely on them."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import Field
+from rlhf_trainer.config import ConfigModel
+
+
+class Phase(StrEnum):
+    PENDING = "Pending"
+    PROVISIONING = "Provisioning"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    SUSPENDED = "Suspended"
+
+    @property
+    def is_finished(self) -> bool:
+        return self in {Phase.SUCCEEDED, Phase.FAILED}
+
+
+class ConditionType(StrEnum):
+    VALID = "Valid"
+    ADMITTED = "Admitted"
+    SUSPENDED = "Suspended"
+    CLUSTER_READY = "ClusterReady"
+    RUNNING = "Running"
+    CHECKPOINTED = "Checkpointed"
+    COMPLETE = "Complete"
+    FAILED = "Failed"
+
+
+class ConditionStatus(StrEnum):
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+class ConditionReason(StrEnum):
+    SPEC_VALID = "SpecValid"
+    SPEC_INVALID = "SpecInvalid"
+    PLACEMENT_IMPOSSIBLE = "PlacementImpossible"
+    RAY_JOB_CREATED = "RayJobCreated"
+    WAITING_FOR_ADMISSION = "WaitingForAdmission"
+    SUSPENDED_BY_USER = "SuspendedByUser"
+    RESUMED = "Resumed"
+    CLUSTER_PROVISIONING = "ClusterProvisioning"
+    CLUSTER_READY = "ClusterReady"
+    TRAINING = "Training"
+    CHECKPOINT_SAVED = "CheckpointSaved"
+    NO_CHECKPOINT = "NoCheckpoint"
+    JOB_SUCCEEDED = "JobSucceeded"
+    JOB_FAILED = "JobFailed"
+    RETRYING = "Retrying"
+    BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
+    DEADLINE_EXCEEDED = "DeadlineExceeded"
+    RAY_JOB_MISSING = "RayJobMissing"
+
+
+class Condition(ConfigModel):
+    type: ConditionType
+    status: ConditionStatus
+    reason: ConditionReason
+    message: str = ""
+    last_transition_time: str = Field(description="RFC 3339 time of the last status change.")
+    observed_generation: int | None = None
+
+
+class RayJobRef(ConfigModel):
+    name: str
+    ray_cluster_name: str | None = None
+    job_id: str | None = None
+    job_deployment_status: str | None = None
+    job_status: str | None = None
+    dashboard_url: str | None = None
+    message: str | None = None
+
+
+class WorkerGroupAllocation(ConfigModel):
+    name: str
+    replicas: int = Field(ge=0)
+    gpus_per_pod: int = Field(ge=0)
+    roles: list[str] = Field(default_factory=list)
+
+
+class Allocation(ConfigModel):
+    """Devices per role after colocation, and how they are packed into Ray worker groups."""
+
+    gpus_per_role: dict[str, int] = Field(default_factory=dict)
+    rollout_engines: int = Field(0, ge=0)
+    tensor_parallel_size: int = Field(1, ge=1)
+    worker_groups: list[WorkerGroupAllocation] = Field(default_factory=list)
+    total_gpus: int = Field(0, ge=0)
+
+
+class TrainerCheckpoint(ConfigModel):
+    step: int = Field(ge=0)
+    path: str
+    time: str | None = None
+
+
+class TrainerReport(ConfigModel):
+    """Written by the trainer (merge-patch of status.trainer); read by the operator."""
+
+    step: int = Field(0, ge=0)
+    total_steps: int | None = Field(None, ge=0)
+    progress: str | None = Field(None, description="'step/total', for printer columns.")
+    reward: float | None = None
+    metrics: dict[str, float] = Field(default_factory=dict)
+    samples_per_second: float | None = None
+    eta_seconds: float | None = None
+    checkpoints: list[TrainerCheckpoint] = Field(default_factory=list)
+    message: str | None = None
+    updated_at: str | None = None
+
+
+class RLHFJobStatus(ConfigModel):
+    phase: Phase = Phase.PENDING
+    conditions: list[Condition] = Field(default_factory=list)
+    observed_generation: int | None = None
+    ray_job: RayJobRef | None = None
+    allocation: Allocation | None = None
+    trainer: TrainerReport | None = None
+    restarts: int = Field(0, ge=0)
+    algorithm: str | None = Field(None, description="Mirror of spec.algorithm.name for columns.")
+    total_gpus: int | None = Field(None, ge=0, description="Mirror for printer columns.")
+    start_time: str | None = None
+    completion_time: str | None = None
+    message: str | None = None

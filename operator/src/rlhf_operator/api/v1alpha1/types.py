@@ -1,0 +1,41 @@
+"""The RLHFJob resource: names of the API and the top-level model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from rlhf_trainer.config import API_GROUP, JobSpec
+from rlhf_trainer.config import KIND as CONFIG_KIND
+
+from .status import RLHFJobStatus
+
+GROUP = API_GROUP
+VERSION = "v1alpha1"
+KIND = CONFIG_KIND
+LIST_KIND = f"{KIND}List"
+PLURAL = "rlhfjobs"
+SINGULAR = "rlhfjob"
+SHORT_NAMES = ["rlhf"]
+CATEGORIES = ["all", "rlhf", "ml"]
+
+
+class RLHFJob(BaseModel):
+    """An RLHFJob as the API server returns it. `metadata` stays a plain dict: it is
+    Kubernetes' ObjectMeta, validated by the server, not by us."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="ignore", frozen=True)
+
+    api_version: str = Field(f"{GROUP}/{VERSION}", alias="apiVersion")
+    kind: str = KIND
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: JobSpec
+    status: RLHFJobStatus | None = None
+
+    @property
+    def name(self) -> str:
+        return str(self.metadata.get("name", ""))
+
+    @property
+    def namespace(self) -> str:
+        return str(self.metadata.get("namespace", "default"))

@@ -1,0 +1,73 @@
+"""The job config shared by the trainer and the operator. Pure pydantic: no torch import.
+
+`JobConfig` is what the trainer runs; `JobSpec` is an RLHFJob's `spec` (job config plus
+Kubernetes parts). Both validate cross-field rules and report problems by field path.
+"""
+
+from .algorithm import AlgorithmConfig, AlgorithmName, KLEstimator, LossAggregation
+from .base import ConfigModel, Problem
+from .checkpoint import CheckpointConfig, CheckpointStorage, ResumePolicy
+from .cluster import EnvVar, RunPolicy, SecretKeyRef, SecretRefs
+from .data import DataConfig, DatasetSource
+from .errors import validation_messages
+from .job import JobConfig, JobSpec
+from .loading import API_GROUP, API_VERSION, KIND, LoadedJob, load_document, load_file
+from .logging import LoggingConfig, WandbConfig
+from .models import (
+    ModelsConfig,
+    ModelSource,
+    RandomInit,
+    RemoteReward,
+    RewardFunction,
+    RewardModel,
+)
+from .placement import Device, PlacementConfig, Toleration
+from .rollout import AgentConfig, AgentMode, RolloutConfig, RolloutEngine
+from .rules import role_devices
+from .training import LoRAConfig, LRScheduler, TrainingConfig
+
+__all__ = [
+    "API_GROUP",
+    "API_VERSION",
+    "KIND",
+    "AgentConfig",
+    "AgentMode",
+    "AlgorithmConfig",
+    "AlgorithmName",
+    "CheckpointConfig",
+    "CheckpointStorage",
+    "ConfigModel",
+    "DataConfig",
+    "DatasetSource",
+    "Device",
+    "EnvVar",
+    "JobConfig",
+    "JobSpec",
+    "KLEstimator",
+    "LRScheduler",
+    "LoRAConfig",
+    "LoadedJob",
+    "LoggingConfig",
+    "LossAggregation",
+    "ModelSource",
+    "ModelsConfig",
+    "PlacementConfig",
+    "Problem",
+    "RandomInit",
+    "RemoteReward",
+    "ResumePolicy",
+    "RewardFunction",
+    "RewardModel",
+    "RolloutConfig",
+    "RolloutEngine",
+    "RunPolicy",
+    "SecretKeyRef",
+    "SecretRefs",
+    "Toleration",
+    "TrainingConfig",
+    "WandbConfig",
+    "load_document",
+    "load_file",
+    "role_devices",
+    "validation_messages",
+]

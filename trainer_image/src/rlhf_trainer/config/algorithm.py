@@ -1,0 +1,149 @@
+"""Which algorithm runs, and its hyper-parameters, with the papers' / OpenRLHF's defaults."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import Field
+
+from .base import ConfigModel
+
+
+class AlgorithmName(StrEnum):
+    # Online (rollout -> reward -> policy update) algorithms.
+    PPO = "ppo"
+    GRPO = "grpo"
+    DR_GRPO = "dr-grpo"
+    REINFORCE_PP = "reinforce++"
+    REINFORCE_PP_BASELINE = "reinforce++-baseline"
+    RLOO = "rloo"
+    # Offline trainers (a fixed data set, no rollouts).
+    SFT = "sft"
+    REWARD_MODEL = "reward-model"
+    DPO = "dpo"
+    IPO = "ipo"
+    CDPO = "cdpo"
+    KTO = "kto"
+
+    @property
+    def is_online(self) -> bool:
+        return self in ONLINE_ALGORITHMS
+
+    @property
+    def needs_critic(self) -> bool:
+        """Only PPO learns a value function (GAE); the others use sampled baselines."""
+        return self is AlgorithmName.PPO
+
+    @property
+    def is_group_estimator(self) -> bool:
+        """Estimators whose baseline is computed over several samples of the same prompt."""
+        return self in GROUP_ALGORITHMS
+
+    @property
+    def needs_reference(self) -> bool:
+        return self not in {AlgorithmName.SFT, AlgorithmName.REWARD_MODEL}
+
+    @property
+    def uses_preference_pairs(self) -> bool:
+        return self in {
+            AlgorithmName.DPO,
+            AlgorithmName.IPO,
+            AlgorithmName.CDPO,
+            AlgorithmName.REWARD_MODEL,
+        }
+
+
+ONLINE_ALGORITHMS = frozenset(
+    {
+        AlgorithmName.PPO,
+        AlgorithmName.GRPO,
+        AlgorithmName.DR_GRPO,
+        AlgorithmName.REINFORCE_PP,
+        AlgorithmName.REINFORCE_PP_BASELINE,
+        AlgorithmName.RLOO,
+    }
+)
+GROUP_ALGORITHMS = frozenset(
+    {
+        AlgorithmName.GRPO,
+        AlgorithmName.DR_GRPO,
+        AlgorithmName.REINFORCE_PP_BASELINE,
+        AlgorithmName.RLOO,
+    }
+)
+
+
+class KLEstimator(StrEnum):
+    """Schulman's estimators of KL(pi || ref) from samples of pi: k1 = log r, k2, k3."""
+
+    K1 = "k1"
+    K2 = "k2"
+    K3 = "k3"
+
+
+class LossAggregation(StrEnum):
+    TOKEN_MEAN = "token-mean"
+    SEQ_MEAN_TOKEN_MEAN = "seq-mean-token-mean"
+    SEQ_MEAN_TOKEN_SUM = "seq-mean-token-sum"
+
+
+class AlgorithmConfig(ConfigModel):
+    """`spec.algorithm`: the algorithm and the knobs of its objective."""
+
+    name: AlgorithmName = Field(description="Which trainer runs.")
+
+    # --- policy objective (PPO clip, Schulman et al. 2017; dual clip, Ye et al. 2020) ---
+    clip_low: float = Field(0.2, gt=0, lt=1, description="PPO ratio clip below 1 (eps_low).")
+    clip_high: float = Field(
+        0.2, gt=0, lt=10, description="PPO ratio clip above 1 (eps_high; DAPO's clip-higher)."
+    )
+    dual_clip: float | None = Field(
+        None, gt=1, description="Dual-clip constant c > 1 for negative advantages; off when unset."
+    )
+    loss_aggregation: LossAggregation = Field(
+        LossAggregation.TOKEN_MEAN, description="How per-token losses are averaged."
+    )
+    entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus coefficient.")
+
+    # --- KL regularisation towards the reference policy ---
+    kl_coef: float = Field(
+        0.01, ge=0, description="Initial KL coefficient (OpenRLHF init_kl_coef); 0 disables KL."
+    )
+    kl_estimator: KLEstimator = Field(KLEstimator.K1, description="KL estimator k1 | k2 | k3.")
+    use_kl_loss: bool = Field(
+        False,
+        description="Put KL in the loss (GRPO style) instead of in the token rewards (PPO style).",
+    )
+    kl_target: float | None = Field(
+        None, gt=0, description="Target KL for the adaptive controller (Ziegler et al. 2019)."
+    )
+    kl_horizon: int = Field(10000, gt=0, description="Adaptive KL controller horizon.")
+
+    # --- advantages and values (GAE, Schulman et al. 2016) ---
+    gamma: float = Field(1.0, ge=0, le=1, description="Discount factor.")
+    lambd: float = Field(0.95, ge=0, le=1, alias="lambda", description="GAE lambda.")
+    value_clip: float | None = Field(
+        0.2, gt=0, description="Clip range for value updates (PPO value clipping); unset disables."
+    )
+    whiten_advantages: bool = Field(
+        True, description="Normalise advantages over the whole (global) batch."
+    )
+
+    # --- rewards ---
+    normalize_reward: bool = Field(False, description="Running mean/std reward normalisation.")
+    reward_clip: float | None = Field(
+        10.0, gt=0, description="Clip scores to [-rewardClip, rewardClip]; unset disables."
+    )
+    overlong_buffer: int | None = Field(
+        None, gt=0, description="DAPO overlong penalty: tokens before the limit where it starts."
+    )
+    overlong_penalty: float = Field(1.0, ge=0, description="DAPO overlong penalty factor.")
+
+    # --- preference objectives (DPO: Rafailov 2023; IPO: Azar 2023; KTO: Ethayarajh 2024) ---
+    beta: float = Field(0.1, gt=0, description="DPO/IPO/KTO temperature beta.")
+    label_smoothing: float = Field(
+        0.0, ge=0, lt=0.5, description="Conservative DPO (cdpo) label noise epsilon."
+    )
+    desirable_weight: float = Field(1.0, gt=0, description="KTO weight of desirable examples.")
+    undesirable_weight: float = Field(1.0, gt=0, description="KTO weight of undesirable examples.")
+    margin: float | None = Field(None, description="Reward-model pairwise loss margin.")

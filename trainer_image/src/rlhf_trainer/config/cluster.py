@@ -1,0 +1,77 @@
+"""The Kubernetes-only parts of an RLHFJob spec: image, environment, secrets, run policy.
+
+They live beside the job config (not in the operator) so that `rlhf validate` checks a whole
+manifest with the very models the operator uses; the trainer ignores them."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Self
+
+from pydantic import Field, model_validator
+
+from .base import ConfigModel
+from .models import ConfigMapKeyRef
+
+
+class SecretKeyRef(ConfigModel):
+    name: str = Field(min_length=1, max_length=253)
+    key: str = Field(min_length=1, max_length=253)
+
+
+# Credentials that must come from a Secret, and the spec.secrets field that sets each.
+CREDENTIAL_ENV_VARS = {
+    "HF_TOKEN": "hfToken",
+    "HUGGING_FACE_HUB_TOKEN": "hfToken",
+    "WANDB_API_KEY": "wandbApiKey",
+}
+
+
+class EnvVarSource(ConfigModel):
+    secret_key_ref: SecretKeyRef | None = None
+    config_map_key_ref: ConfigMapKeyRef | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Self:
+        if (self.secret_key_ref is None) == (self.config_map_key_ref is None):
+            raise ValueError("set exactly one of secretKeyRef or configMapKeyRef")
+        return self
+
+
+class EnvVar(ConfigModel):
+    name: str = Field(pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+    value: str | None = None
+    value_from: EnvVarSource | None = None
+
+    @model_validator(mode="after")
+    def _value_or_ref(self) -> Self:
+        if self.value is not None and self.value_from is not None:
+            raise ValueError("set value or valueFrom, not both")
+        if self.value is not None and self.name in CREDENTIAL_ENV_VARS:
+            raise ValueError(
+                f"{self.name} must not be inlined: reference a Secret with "
+                f"spec.secrets ({CREDENTIAL_ENV_VARS[self.name]}) or valueFrom.secretKeyRef"
+            )
+        return self
+
+
+class SecretRefs(ConfigModel):
+    """Credentials by reference only; the operator maps them to environment variables."""
+
+    hf_token: SecretKeyRef | None = Field(None, description="-> HF_TOKEN")
+    wandb_api_key: SecretKeyRef | None = Field(None, description="-> WANDB_API_KEY")
+
+
+class PullPolicy(StrEnum):
+    ALWAYS = "Always"
+    IF_NOT_PRESENT = "IfNotPresent"
+    NEVER = "Never"
+
+
+class RunPolicy(ConfigModel):
+    suspend: bool = Field(False, description="Suspend: free the GPUs; resume from a checkpoint.")
+    backoff_limit: int = Field(
+        3, ge=0, le=100, description="Retries after a failure, each resuming from a checkpoint."
+    )
+    active_deadline_seconds: int | None = Field(None, gt=0)
+    ttl_seconds_after_finished: int | None = Field(None, ge=0)

@@ -1,0 +1,52 @@
+"""`spec.data`: prompt, SFT and preference datasets."""
+
+from __future__ import annotations
+
+from typing import Self
+
+from pydantic import Field, model_validator
+
+from .base import ConfigModel
+
+
+class DatasetSource(ConfigModel):
+    """Exactly one of `path` (JSON/JSONL/Parquet file or directory), `hfId` (a Hugging Face
+    dataset id) or `builtin` (a synthetic task bundled with the trainer)."""
+
+    path: str | None = Field(None, min_length=1)
+    hf_id: str | None = Field(None, min_length=1, alias="hfId")
+    builtin: str | None = Field(None, min_length=1)
+    split: str = Field("train", min_length=1)
+    probability: float = Field(
+        1.0, gt=0, le=1, description="Mixing probability when several sources are given."
+    )
+
+    @model_validator(mode="after")
+    def _exactly_one_source(self) -> Self:
+        given = [x for x in (self.path, self.hf_id, self.builtin) if x is not None]
+        if len(given) != 1:
+            raise ValueError("set exactly one of path, hfId or builtin")
+        return self
+
+
+class DataConfig(ConfigModel):
+    """Which columns hold what, and how prompts are templated and truncated."""
+
+    train: list[DatasetSource] = Field(min_length=1, max_length=32)
+    eval: list[DatasetSource] = Field(default_factory=list, max_length=32)
+    input_key: str = Field("prompt", min_length=1, description="Column with the prompt.")
+    label_key: str | None = Field(
+        None, description="Column passed to reward functions as the label (e.g. the answer)."
+    )
+    output_key: str = Field("response", min_length=1, description="SFT target column.")
+    chosen_key: str = Field("chosen", min_length=1)
+    rejected_key: str = Field("rejected", min_length=1)
+    desirable_key: str = Field("label", min_length=1, description="KTO: desirable flag column.")
+    apply_chat_template: bool = Field(
+        True, description="Wrap prompts in the tokenizer's chat template."
+    )
+    chat_template: str | None = Field(None, description="Jinja template overriding the model's.")
+    max_samples: int | None = Field(None, gt=0, description="Cap on samples read per source.")
+    max_prompt_length: int = Field(1024, gt=0, le=1048576, description="Prompt tokens kept.")
+    max_length: int = Field(2048, gt=0, le=1048576, description="Offline trainers' sequence cap.")
+    shuffle: bool = True

@@ -1,0 +1,48 @@
+"""Turn pydantic errors into one line per problem: `<field path>: <what is wrong>`."""
+
+from __future__ import annotations
+
+from pydantic import ValidationError
+
+from .base import CROSS_FIELD_ERROR
+
+
+def _join(parts: list[str]) -> str:
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if part.isdigit() else (f".{part}" if out else part)
+    return out
+
+
+def _plain_message(err: dict[str, object]) -> str:
+    msg = str(err["msg"])
+    # pydantic prefixes messages raised from validators with "Value error, ".
+    for prefix in ("Value error, ", "Assertion failed, "):
+        if msg.startswith(prefix):
+            msg = msg[len(prefix) :]
+    if err["type"] == "extra_forbidden":
+        return "unknown field (check the spelling; fields are camelCase)"
+    if err["type"] == "missing":
+        return "required field is missing"
+    value = err.get("input")
+    if err["type"] in {"enum", "literal_error"} or "greater" in msg or "less" in msg:
+        return f"{msg} (got {value!r})"
+    return msg
+
+
+def validation_messages(error: ValidationError, prefix: str = "") -> list[str]:
+    """One `path: message` line per problem, paths in the manifest's camelCase spelling."""
+    lines: list[str] = []
+    for err in error.errors():
+        loc = [str(p) for p in err["loc"]]
+        # Union branches show up as extra loc parts named after the type; drop them.
+        loc = [p for p in loc if not p.startswith("function-") and p not in {"str", "int"}]
+        base = _join(([prefix] if prefix else []) + loc)
+        ctx = err.get("ctx") or {}
+        if err["type"] == CROSS_FIELD_ERROR and "problems" in ctx:
+            for path, message in ctx["problems"]:
+                where = ".".join(x for x in (base, path) if x)
+                lines.append(f"{where}: {message}")
+            continue
+        lines.append(f"{base or '<root>'}: {_plain_message(dict(err))}")
+    return lines

@@ -1,0 +1,59 @@
+"""The job config (what the trainer reads) and the full RLHFJob spec (what a manifest holds)."""
+
+from __future__ import annotations
+
+from typing import Self
+
+from pydantic import Field, model_validator
+
+from .algorithm import AlgorithmConfig
+from .base import ConfigModel, raise_problems
+from .checkpoint import CheckpointConfig
+from .cluster import EnvVar, PullPolicy, RunPolicy, SecretRefs
+from .data import DataConfig
+from .logging import LoggingConfig
+from .models import ModelsConfig
+from .placement import PlacementConfig
+from .rollout import RolloutConfig
+from .rules import job_problems
+from .training import TrainingConfig
+
+
+class JobConfig(ConfigModel):
+    """Everything the trainer needs; `rlhf run` reads it, the operator writes it to a
+    ConfigMap. Kubernetes-only keys of `placement` and `checkpoint` are ignored by the
+    trainer."""
+
+    algorithm: AlgorithmConfig
+    models: ModelsConfig
+    data: DataConfig
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    training: TrainingConfig = Field(default_factory=TrainingConfig)
+    placement: PlacementConfig = Field(default_factory=PlacementConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+
+    @model_validator(mode="after")
+    def _cross_field_rules(self) -> Self:
+        raise_problems(job_problems(self))
+        return self
+
+
+class JobSpec(JobConfig):
+    """`spec` of an RLHFJob: the job config plus how it runs on Kubernetes."""
+
+    image: str | None = Field(
+        None, min_length=1, description="Trainer image; default: the operator's setting."
+    )
+    image_pull_policy: PullPolicy = PullPolicy.IF_NOT_PRESENT
+    image_pull_secrets: list[str] = Field(default_factory=list)
+    env: list[EnvVar] = Field(default_factory=list)
+    secrets: SecretRefs = Field(default_factory=SecretRefs)
+    run_policy: RunPolicy = Field(default_factory=RunPolicy)
+
+    def job_config(self) -> JobConfig:
+        """The trainer's part, as the operator writes it into the job ConfigMap."""
+        keys = set(JobConfig.model_fields)
+        return JobConfig.model_validate(
+            {k: v for k, v in self.model_dump(by_alias=False).items() if k in keys}
+        )

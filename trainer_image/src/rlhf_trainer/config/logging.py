@@ -1,0 +1,29 @@
+"""`spec.logging`: metrics sinks. Secrets are only ever referenced, never inlined."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import Field
+
+from .base import ConfigModel
+
+
+class WandbMode(StrEnum):
+    ONLINE = "online"
+    OFFLINE = "offline"
+
+
+class WandbConfig(ConfigModel):
+    project: str = Field(min_length=1)
+    entity: str | None = None
+    run_name: str | None = None
+    # The API key comes from the environment (WANDB_API_KEY), which on a cluster the operator
+    # fills from spec.secrets.wandbApiKey: keys are never written in a manifest.
+    mode: WandbMode = WandbMode.ONLINE
+
+
+class LoggingConfig(ConfigModel):
+    log_every_steps: int = Field(1, gt=0)
+    tensorboard: bool = True
+    wandb: WandbConfig | None = None

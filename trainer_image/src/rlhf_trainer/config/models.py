@@ -1,0 +1,140 @@
+"""`spec.models`: where each role's weights come from, and the reward sources."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Self
+
+from pydantic import Field, model_validator
+
+from .base import ConfigModel
+
+
+class TinyArchitecture(StrEnum):
+    LLAMA = "llama"
+
+
+class RandomInit(ConfigModel):
+    """A small random-initialised model built from a config, with a tokenizer trained on the
+    trainer's bundled corpus. For laptops, CI and demos: no hub download is needed. The model is
+    written to disk and then loaded with the regular `from_pretrained` path."""
+
+    architecture: TinyArchitecture = TinyArchitecture.LLAMA
+    hidden_size: int = Field(64, ge=8, le=8192)
+    num_layers: int = Field(2, ge=1, le=128)
+    num_heads: int = Field(2, ge=1, le=128)
+    intermediate_size: int = Field(128, ge=8, le=65536)
+    vocab_size: int = Field(512, ge=64, le=262144)
+    max_position_embeddings: int = Field(512, ge=16, le=1048576)
+    seed: int = Field(0, ge=0)
+
+    @model_validator(mode="after")
+    def _heads_divide_hidden(self) -> Self:
+        if self.hidden_size % self.num_heads:
+            raise ValueError(
+                f"hiddenSize ({self.hidden_size}) must be divisible by numHeads ({self.num_heads})"
+            )
+        return self
+
+
+class ModelSource(ConfigModel):
+    """Exactly one of `pretrained` (a Hugging Face id or a directory, as `from_pretrained`
+    takes it) or `randomInit` (a tiny model built locally)."""
+
+    pretrained: str | None = Field(
+        None, min_length=1, description="Hugging Face model id or a path on a mounted volume."
+    )
+    random_init: RandomInit | None = Field(
+        None, description="Build a tiny random-initialised model instead of loading one."
+    )
+    revision: str | None = Field(None, description="Hub revision (branch, tag or commit).")
+    trust_remote_code: bool = False
+
+    @model_validator(mode="after")
+    def _exactly_one_source(self) -> Self:
+        if (self.pretrained is None) == (self.random_init is None):
+            raise ValueError("set exactly one of pretrained or randomInit")
+        return self
+
+    @property
+    def label(self) -> str:
+        return self.pretrained or "random-init"
+
+
+class RewardModel(ModelSource):
+    """A sequence-scoring model (HF sequence classification or a value-head model)."""
+
+    weight: float = Field(1.0, gt=0, description="Weight of this model's score in the sum.")
+
+
+class ConfigMapKeyRef(ConfigModel):
+    name: str = Field(min_length=1, max_length=253)
+    key: str = Field(min_length=1, max_length=253)
+
+
+class RewardFunction(ConfigModel):
+    """A Python file defining `reward_func(queries, prompts, labels)`; run in its own process.
+
+    Locally `path` names the file. On a cluster it comes from a ConfigMap (`configMapRef`),
+    which the operator mounts; `builtin` names a function shipped with the trainer."""
+
+    path: str | None = Field(None, min_length=1)
+    config_map_ref: ConfigMapKeyRef | None = None
+    builtin: str | None = Field(
+        None, min_length=1, description="A reward function bundled with the trainer."
+    )
+    weight: float = Field(1.0, gt=0)
+    timeout_seconds: float = Field(60.0, gt=0, le=3600, description="Per-batch time limit.")
+
+    @model_validator(mode="after")
+    def _exactly_one_source(self) -> Self:
+        given = [x for x in (self.path, self.config_map_ref, self.builtin) if x is not None]
+        if len(given) != 1:
+            raise ValueError("set exactly one of path, configMapRef or builtin")
+        return self
+
+
+class RemoteReward(ConfigModel):
+    """An HTTP service: POST {"query", "prompts", "labels"} -> {"rewards": [...]}."""
+
+    url: str = Field(pattern=r"^https?://", description="http(s) URL of the reward service.")
+    weight: float = Field(1.0, gt=0)
+    timeout_seconds: float = Field(30.0, gt=0, le=3600)
+    retries: int = Field(3, ge=0, le=20)
+
+
+class ModelsConfig(ConfigModel):
+    """`spec.models`: actor (the model trained), critic, reference and reward sources."""
+
+    actor: ModelSource = Field(description="The policy; for offline trainers, the model trained.")
+    critic: ModelSource | None = Field(
+        None, description="Value model (PPO). Default: the first reward model, else the actor."
+    )
+    reference: ModelSource | None = Field(None, description="Reference policy. Default: actor.")
+    reward_models: list[RewardModel] = Field(default_factory=list, max_length=16)
+    reward_function: RewardFunction | None = None
+    remote_reward: RemoteReward | None = None
+
+    @property
+    def has_reward_source(self) -> bool:
+        return (
+            bool(self.reward_models)
+            or self.reward_function is not None
+            or (self.remote_reward is not None)
+        )
+
+    def resolved_critic(self) -> ModelSource:
+        if self.critic is not None:
+            return self.critic
+        if self.reward_models:
+            first = self.reward_models[0]
+            return ModelSource(
+                pretrained=first.pretrained,
+                random_init=first.random_init,
+                revision=first.revision,
+                trust_remote_code=first.trust_remote_code,
+            )
+        return self.actor
+
+    def resolved_reference(self) -> ModelSource:
+        return self.reference if self.reference is not None else self.actor

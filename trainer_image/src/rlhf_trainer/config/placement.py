@@ -1,0 +1,76 @@
+"""`spec.placement`: devices per role and colocation (read by the trainer to build Ray
+placement groups), plus where pods may run (read by the operator only)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import Field
+
+from .base import ConfigModel
+
+QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$"
+
+
+class Device(StrEnum):
+    GPU = "gpu"
+    # CPU-only ranks: laptops, CI, and CPU Kubernetes clusters (e2e on kind).
+    CPU = "cpu"
+
+
+class TolerationOperator(StrEnum):
+    EXISTS = "Exists"
+    EQUAL = "Equal"
+
+
+class TaintEffect(StrEnum):
+    NO_SCHEDULE = "NoSchedule"
+    PREFER_NO_SCHEDULE = "PreferNoSchedule"
+    NO_EXECUTE = "NoExecute"
+
+
+class Toleration(ConfigModel):
+    key: str | None = None
+    operator: TolerationOperator = TolerationOperator.EQUAL
+    value: str | None = None
+    effect: TaintEffect | None = None
+    toleration_seconds: int | None = None
+
+
+class PodResources(ConfigModel):
+    """CPU and memory for the Ray pods; worker amounts are per GPU of the pod."""
+
+    head_cpu: str = Field("2", pattern=QUANTITY_PATTERN)
+    head_memory: str = Field("8Gi", pattern=QUANTITY_PATTERN)
+    worker_cpu_per_gpu: str = Field("8", pattern=QUANTITY_PATTERN)
+    worker_memory_per_gpu: str = Field("64Gi", pattern=QUANTITY_PATTERN)
+
+
+class PlacementConfig(ConfigModel):
+    device: Device = Device.GPU
+    # Devices (data-parallel ranks) per role. Rollout engines take
+    # rollout.numEngines x rollout.tensorParallelSize more unless colocateAll.
+    actor_gpus: int = Field(1, ge=1, le=4096)
+    critic_gpus: int = Field(1, ge=1, le=4096)
+    reference_gpus: int = Field(1, ge=1, le=4096)
+    reward_gpus: int = Field(1, ge=1, le=4096, description="Devices per reward model.")
+    colocate_actor_reference: bool = Field(False, description="Actor and reference share devices.")
+    colocate_critic_reward: bool = Field(False, description="Critic and reward share devices.")
+    colocate_all: bool = Field(
+        False, description="Hybrid engine: all models and vLLM engines share the same devices."
+    )
+    ray_resource: str = Field(
+        "GPU",
+        min_length=1,
+        description="Ray resource one rank asks for; tests use a custom name on CPU machines.",
+    )
+
+    # Kubernetes only: how ranks are packed into pods and where pods may run.
+    gpus_per_node: int = Field(8, ge=1, le=64, description="GPUs per worker pod (node size).")
+    gpu_resource_name: str = Field("nvidia.com/gpu", min_length=1)
+    resources: PodResources = Field(default_factory=PodResources)
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[Toleration] = Field(default_factory=list)
+    priority_class_name: str | None = None
+    scheduler_name: str | None = None
+    queue_name: str | None = Field(None, description="Kueue LocalQueue (kueue.x-k8s.io).")

@@ -1,0 +1,49 @@
+"""`spec.rollout`: how responses are generated (vLLM engines, sampling)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import Field
+
+from .base import ConfigModel
+
+
+class RolloutEngine(StrEnum):
+    VLLM = "vllm"
+    # Hugging Face `generate`: a slow fallback, only when chosen explicitly.
+    HF = "hf"
+
+
+class AgentMode(StrEnum):
+    SINGLE_TURN = "single-turn"
+    MULTI_TURN = "multi-turn"
+
+
+class AgentConfig(ConfigModel):
+    """A token-in/token-out agent loop; `path` is a Python file defining `AgentInstance`."""
+
+    mode: AgentMode = AgentMode.SINGLE_TURN
+    path: str | None = Field(None, min_length=1)
+    max_turns: int = Field(1, ge=1, le=64)
+
+
+class RolloutConfig(ConfigModel):
+    engine: RolloutEngine = RolloutEngine.VLLM
+    num_engines: int = Field(1, ge=1, le=1024, description="vLLM engines (Ray actors).")
+    tensor_parallel_size: int = Field(1, ge=1, le=64, description="GPUs per vLLM engine.")
+    samples_per_prompt: int = Field(1, ge=1, le=1024, description="Responses per prompt (n).")
+    max_new_tokens: int = Field(1024, ge=1, le=1048576)
+    temperature: float = Field(1.0, ge=0, le=10)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(-1, ge=-1, description="-1 disables top-k.")
+    stop: list[str] = Field(default_factory=list, max_length=32, description="Stop strings.")
+    gpu_memory_utilization: float = Field(
+        0.9, gt=0, le=1, description="vLLM memory fraction (of RAM on CPU builds)."
+    )
+    max_model_len: int | None = Field(None, gt=0)
+    enforce_eager: bool = Field(False, description="Disable CUDA graphs.")
+    enable_sleep: bool = Field(
+        False, description="Sleep vLLM during training (hybrid engine on GPUs only)."
+    )
+    agent: AgentConfig | None = None

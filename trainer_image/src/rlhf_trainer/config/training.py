@@ -1,0 +1,67 @@
+"""`spec.training`: batch sizes, optimisation and the DeepSpeed strategy."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import Field
+
+from .base import ConfigModel
+
+
+class LRScheduler(StrEnum):
+    COSINE_WITH_MIN_LR = "cosine_with_min_lr"
+    CONSTANT_WITH_WARMUP = "constant_with_warmup"
+    LINEAR = "linear"
+
+
+class LoRAConfig(ConfigModel):
+    rank: int = Field(gt=0, le=1024)
+    alpha: int = Field(16, gt=0)
+    dropout: float = Field(0.0, ge=0, lt=1)
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"], min_length=1
+    )
+
+
+class TrainingConfig(ConfigModel):
+    # Batches. A step generates rolloutBatchSize prompts x samplesPerPrompt responses and trains
+    # on them in optimiser steps of trainBatchSize samples, ppoEpochs times.
+    rollout_batch_size: int = Field(512, gt=0, description="Prompts per step (online algorithms).")
+    micro_rollout_batch_size: int = Field(
+        8, gt=0, description="Per-device batch for log-prob/value/reward forward passes."
+    )
+    train_batch_size: int = Field(128, gt=0, description="Samples per optimiser step (global).")
+    micro_train_batch_size: int = Field(4, gt=0, description="Per-device micro batch.")
+    ppo_epochs: int = Field(1, gt=0, le=100, description="Passes over each step's samples.")
+    num_episodes: int = Field(1, gt=0, description="Passes over the prompt data set.")
+    epochs: int = Field(1, gt=0, description="Passes over the data set (offline trainers).")
+    max_steps: int | None = Field(
+        None, gt=0, description="Stop after this many steps; default: what the data allows."
+    )
+
+    # Optimisation.
+    actor_learning_rate: float = Field(1e-6, gt=0, lt=1)
+    critic_learning_rate: float = Field(9e-6, gt=0, lt=1)
+    lr_scheduler: LRScheduler = LRScheduler.COSINE_WITH_MIN_LR
+    lr_warmup_ratio: float = Field(0.03, ge=0, le=1)
+    min_lr_ratio: float = Field(0.1, ge=0, le=1)
+    weight_decay: float = Field(0.0, ge=0)
+    adam_betas: tuple[float, float] = (0.9, 0.95)
+    max_grad_norm: float = Field(1.0, gt=0)
+    freeze_actor_steps: int = Field(
+        0, ge=0, description="Critic warm-up: train only the critic for the first N steps."
+    )
+
+    # DeepSpeed strategy.
+    zero_stage: int = Field(2, ge=0, le=3, description="DeepSpeed ZeRO stage.")
+    bf16: bool = True
+    adam_offload: bool = Field(False, description="Offload Adam states to CPU memory.")
+    ref_reward_offload: bool = Field(False, description="Offload frozen reference/reward models.")
+    gradient_checkpointing: bool = False
+    packing_samples: bool = Field(False, description="Pack sequences without padding.")
+    lora: LoRAConfig | None = None
+    seed: int = Field(42, ge=0)
+    deterministic: bool = Field(
+        False, description="Deterministic kernels (bit-exact resume where the platform allows)."
+    )
