@@ -126,7 +126,6 @@ class RLHFJobStatus(ConfigModel):
     allocation: Allocation | None = None
     trainer: TrainerReport | None = None
     restarts: int = Field(0, ge=0)
-    algorithm: str | None = Field(None, description="Mirror of spec.algorithm.name for columns.")
     total_gpus: int | None = Field(None, ge=0, description="Mirror for printer columns.")
     start_time: str | None = None
     completion_time: str | None = None
