@@ -17,7 +17,7 @@ LIST_KIND = f"{KIND}List"
 PLURAL = "rlhfjobs"
 SINGULAR = "rlhfjob"
 SHORT_NAMES = ["rlhf"]
-CATEGORIES = ["all", "rlhf", "ml"]
+CATEGORIES = ["rlhf", "ml"]
 
 
 class RLHFJob(BaseModel):

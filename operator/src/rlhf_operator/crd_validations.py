@@ -1,0 +1,158 @@
+"""CEL rules (`x-kubernetes-validations`) attached to the generated CRD, by schema path.
+
+The API server enforces these before anything reaches the operator: immutable fields and the
+cross-field rules that CEL can express. The same rules (and more) run in pydantic
+(`rlhf_trainer.config.rules`); `rlhf validate` and the operator report those.
+Paths are dotted property names from the RLHFJob root; `[]` steps into list items.
+"""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+from rlhf_trainer.config.algorithm import GROUP_ALGORITHMS, ONLINE_ALGORITHMS, AlgorithmName
+
+
+class Rule(TypedDict, total=False):
+    rule: str
+    message: str
+    fieldPath: str
+    reason: str
+
+
+def _cel_list(algorithms: frozenset[AlgorithmName]) -> str:
+    return "[" + ", ".join(sorted(f"'{a.value}'" for a in algorithms)) + "]"
+
+
+GROUP = _cel_list(GROUP_ALGORITHMS)
+ONLINE = _cel_list(ONLINE_ALGORITHMS)
+
+_IMMUTABLE = "self == oldSelf"
+
+_EXACTLY_ONE_MODEL_SOURCE: Rule = {
+    "rule": "has(self.pretrained) != has(self.randomInit)",
+    "message": "set exactly one of pretrained or randomInit",
+}
+
+RULES: dict[str, list[Rule]] = {
+    "": [
+        {
+            "rule": "self.metadata.name.size() <= 40",
+            "message": "metadata.name must be at most 40 characters (children derive their "
+            "names from it)",
+        },
+    ],
+    "spec.algorithm": [
+        {
+            "rule": _IMMUTABLE,
+            "message": "spec.algorithm is immutable: create a new RLHFJob to change it",
+        },
+    ],
+    "spec.models": [
+        {
+            "rule": _IMMUTABLE,
+            "message": "spec.models is immutable: create a new RLHFJob to change models",
+        },
+    ],
+    "spec.data": [
+        {
+            "rule": _IMMUTABLE,
+            "message": "spec.data is immutable: create a new RLHFJob to change data sets",
+        },
+    ],
+    "spec.models.actor": [_EXACTLY_ONE_MODEL_SOURCE],
+    "spec.models.critic": [_EXACTLY_ONE_MODEL_SOURCE],
+    "spec.models.reference": [_EXACTLY_ONE_MODEL_SOURCE],
+    "spec.models.rewardModels[]": [_EXACTLY_ONE_MODEL_SOURCE],
+    "spec.models.rewardFunction": [
+        {
+            "rule": "[has(self.path), has(self.configMapRef), has(self.builtin)]"
+            ".filter(x, x).size() == 1",
+            "message": "set exactly one of path, configMapRef or builtin",
+        }
+    ],
+    "spec.data.train[]": [
+        {
+            "rule": "[has(self.path), has(self.hfId), has(self.builtin)].filter(x, x).size() == 1",
+            "message": "set exactly one of path, hfId or builtin",
+        }
+    ],
+    "spec.data.eval[]": [
+        {
+            "rule": "[has(self.path), has(self.hfId), has(self.builtin)].filter(x, x).size() == 1",
+            "message": "set exactly one of path, hfId or builtin",
+        }
+    ],
+    "spec.checkpoint.storage": [
+        {
+            "rule": "has(self.claimName) != has(self.size)",
+            "message": "set exactly one of claimName (existing PVC) or size (new PVC)",
+        }
+    ],
+    "spec": [
+        {
+            "rule": f"!(self.algorithm.name in {GROUP}) || self.rollout.samplesPerPrompt > 1",
+            "message": "rollout.samplesPerPrompt must be > 1 for group estimators "
+            "(grpo, dr-grpo, rloo, reinforce++-baseline)",
+            "fieldPath": ".rollout.samplesPerPrompt",
+        },
+        {
+            "rule": f"!(self.algorithm.name in {ONLINE}) || "
+            "(has(self.models.rewardModels) && size(self.models.rewardModels) > 0) || "
+            "has(self.models.rewardFunction) || has(self.models.remoteReward)",
+            "message": "online algorithms need a reward source: set models.rewardModels, "
+            "models.rewardFunction or models.remoteReward",
+            "fieldPath": ".models",
+        },
+        {
+            "rule": "self.training.trainBatchSize % "
+            "(self.training.microTrainBatchSize * self.placement.actorGpus) == 0",
+            "message": "training.trainBatchSize must be divisible by "
+            "training.microTrainBatchSize x placement.actorGpus",
+            "fieldPath": ".training.trainBatchSize",
+        },
+        {
+            "rule": f"!(self.algorithm.name in {ONLINE}) || "
+            "(self.training.rolloutBatchSize * self.rollout.samplesPerPrompt) "
+            "% self.training.trainBatchSize == 0",
+            "message": "training.trainBatchSize must divide "
+            "training.rolloutBatchSize x rollout.samplesPerPrompt",
+            "fieldPath": ".training.trainBatchSize",
+        },
+        {
+            "rule": "self.placement.device != 'gpu' || "
+            "self.rollout.tensorParallelSize <= self.placement.gpusPerNode",
+            "message": "rollout.tensorParallelSize must fit on one node (<= placement.gpusPerNode)",
+            "fieldPath": ".rollout.tensorParallelSize",
+        },
+        {
+            "rule": "!self.rollout.enableSleep || self.placement.colocateAll",
+            "message": "rollout.enableSleep needs placement.colocateAll: true",
+            "fieldPath": ".rollout.enableSleep",
+        },
+        {
+            "rule": "self.algorithm.name != 'cdpo' || self.algorithm.labelSmoothing > 0.0",
+            "message": "algorithm.labelSmoothing must be > 0 for cdpo",
+            "fieldPath": ".algorithm.labelSmoothing",
+        },
+        {
+            "rule": "!self.training.adamOffload || self.training.zeroStage >= 1",
+            "message": "training.adamOffload needs training.zeroStage >= 1",
+            "fieldPath": ".training.adamOffload",
+        },
+        {
+            "rule": "!self.placement.colocateActorReference || "
+            "self.algorithm.name in ['sft', 'reward-model'] || "
+            "self.placement.actorGpus == self.placement.referenceGpus",
+            "message": "placement.colocateActorReference needs actorGpus == referenceGpus",
+            "fieldPath": ".placement.colocateActorReference",
+        },
+    ],
+    "spec.models.actor.randomInit": [
+        {
+            "rule": "self.hiddenSize % self.numHeads == 0",
+            "message": "hiddenSize must be divisible by numHeads",
+            "fieldPath": ".hiddenSize",
+        }
+    ],
+}

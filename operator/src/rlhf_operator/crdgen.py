@@ -1,0 +1,199 @@
+"""Generate the RLHFJob CustomResourceDefinition from the pydantic models.
+
+pydantic emits JSON Schema (draft 2020-12, `$ref`/`anyOf`); Kubernetes wants a *structural*
+OpenAPI v3 schema: every node typed, no `$ref`, no `anyOf` for optionals (`nullable`
+instead), `additionalProperties` only for maps, exclusive bounds as booleans. The models stay
+the single source of truth; `crds/rlhf.dev_rlhfjobs.yaml` is this module's output, committed,
+and a test fails when they drift apart.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rlhf_trainer.config import JobSpec
+
+from .api.v1alpha1 import GROUP, KIND, LIST_KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION
+from .api.v1alpha1.status import RLHFJobStatus
+from .api.v1alpha1.types import CATEGORIES
+from .crd_validations import RULES
+
+Schema = dict[str, Any]
+
+CRD_FILE = f"{GROUP}_{PLURAL}.yaml"
+# Keys of pydantic's output that carry no meaning for the API server.
+_DROPPED_KEYS = {"title", "$defs"}
+
+PRINTER_COLUMNS: list[dict[str, Any]] = [
+    {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+    {"name": "Algorithm", "type": "string", "jsonPath": ".spec.algorithm.name"},
+    {"name": "Progress", "type": "string", "jsonPath": ".status.trainer.progress"},
+    {"name": "Reward", "type": "number", "jsonPath": ".status.trainer.reward"},
+    {"name": "GPUs", "type": "integer", "jsonPath": ".status.totalGpus"},
+    {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts"},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
+
+
+def _resolve(node: Any, defs: dict[str, Schema]) -> Any:
+    """Inline every `$ref` (our models are not recursive)."""
+    if isinstance(node, list):
+        return [_resolve(x, defs) for x in node]
+    if not isinstance(node, dict):
+        return node
+    if "$ref" in node:
+        target = copy.deepcopy(defs[node["$ref"].split("/")[-1]])
+        extra = {k: v for k, v in node.items() if k != "$ref"}
+        return _resolve({**target, **extra}, defs)
+    return {k: _resolve(v, defs) for k, v in node.items()}
+
+
+def _structural(node: Schema) -> Schema:
+    """Rewrite one resolved JSON Schema node (and its children) into structural OpenAPI v3."""
+    node = {k: v for k, v in node.items() if k not in _DROPPED_KEYS}
+    nullable = False
+    if "anyOf" in node:
+        branches = [b for b in node.pop("anyOf") if b.get("type") != "null"]
+        nullable = len(branches) == 1
+        if len(branches) != 1:
+            raise ValueError(f"cannot express a union of {len(branches)} types structurally")
+        node = {**branches[0], **node}
+        node = {k: v for k, v in node.items() if k not in _DROPPED_KEYS}
+    if node.get("default", ...) is None:
+        # Optional fields are simply absent; an explicit null default would be stored.
+        del node["default"]
+    for bound, inclusive in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        if isinstance(node.get(bound), int | float) and not isinstance(node.get(bound), bool):
+            node[inclusive] = node.pop(bound)
+            node[bound] = True
+    if "prefixItems" in node:  # fixed-size tuples, e.g. adamBetas
+        items = node.pop("prefixItems")
+        node["items"] = _structural(items[0])
+        node["minItems"] = node["maxItems"] = len(items)
+    if "const" in node:
+        node["enum"] = [node.pop("const")]
+    if node.get("type") == "object" or "properties" in node:
+        node["type"] = "object"
+        props = node.get("properties", {})
+        required = set(node.get("required", []))
+        out_props = {}
+        for name, child in props.items():
+            child_schema = _structural(child)
+            # Sections whose every field has a default get `{}` so that the API server fills
+            # them in (defaults apply only inside objects that exist).
+            if (
+                name not in required
+                and child_schema.get("type") == "object"
+                and "properties" in child_schema
+                and "default" not in child_schema
+                and not child_schema.get("nullable")
+            ):
+                child_schema["default"] = {}
+            out_props[name] = child_schema
+        if out_props:
+            node["properties"] = out_props
+            node.pop("additionalProperties", None)
+        elif isinstance(node.get("additionalProperties"), dict):
+            node["additionalProperties"] = _structural(node["additionalProperties"])
+        if node.get("additionalProperties") is False:
+            del node["additionalProperties"]
+    if node.get("type") == "array" and isinstance(node.get("items"), dict):
+        node["items"] = _structural(node["items"])
+    if nullable:
+        node["nullable"] = True
+    return _ordered(node)
+
+
+_KEY_ORDER = ["type", "description", "nullable", "default", "enum"]
+
+
+def _ordered(node: Schema) -> Schema:
+    """Stable, readable key order: type and description first, children last."""
+    head = [k for k in _KEY_ORDER if k in node]
+    tail = [k for k in ("required", "properties", "items", "additionalProperties") if k in node]
+    middle = sorted(k for k in node if k not in head and k not in tail)
+    return {k: node[k] for k in head + middle + tail}
+
+
+def model_schema(model: type[Any]) -> Schema:
+    raw = model.model_json_schema(by_alias=True, mode="validation")
+    return _structural(_resolve(raw, raw.get("$defs", {})))
+
+
+def _node_at(root: Schema, path: str) -> Schema:
+    node = root
+    for part in [p for p in path.split(".") if p]:
+        is_list = part.endswith("[]")
+        node = node["properties"][part.removesuffix("[]")]
+        if is_list:
+            node = node["items"]
+    return node
+
+
+def openapi_schema() -> Schema:
+    spec = model_schema(JobSpec)
+    status = model_schema(RLHFJobStatus)
+    root: Schema = {
+        "type": "object",
+        "description": "RLHFJob runs RLHF post-training (PPO, GRPO, REINFORCE++, RLOO, DPO...)"
+        " of a language model on a KubeRay cluster.",
+        "required": ["spec"],
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": {"type": "object"},
+            "spec": spec,
+            "status": status,
+        },
+    }
+    for path, rules in RULES.items():
+        _node_at(root, path)["x-kubernetes-validations"] = [dict(r) for r in rules]
+    return root
+
+
+def build_crd() -> dict[str, Any]:
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": f"{PLURAL}.{GROUP}",
+            "labels": {"app.kubernetes.io/part-of": "rlhf-operator"},
+        },
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": KIND,
+                "listKind": LIST_KIND,
+                "plural": PLURAL,
+                "singular": SINGULAR,
+                "shortNames": list(SHORT_NAMES),
+                "categories": list(CATEGORIES),
+            },
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": PRINTER_COLUMNS,
+                    "schema": {"openAPIV3Schema": openapi_schema()},
+                }
+            ],
+        },
+    }
+
+
+def render_crd_yaml() -> str:
+    header = "# Generated by `rlhf-operator crd` from the pydantic models. Do not edit.\n"
+    return header + yaml.safe_dump(build_crd(), sort_keys=False, width=100)
+
+
+def write_crd(out_dir: Path) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / CRD_FILE
+    path.write_text(render_crd_yaml())
+    return path
