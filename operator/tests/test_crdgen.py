@@ -1,0 +1,90 @@
+"""The committed CRD is exactly what the models generate, and it is structural."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from rlhf_operator.crd_validations import RULES
+from rlhf_operator.crdgen import CRD_FILE, build_crd, render_crd_yaml
+
+REPO = Path(__file__).resolve().parents[2]
+COMMITTED = REPO / "crds" / CRD_FILE
+
+
+def _schema() -> dict[str, Any]:
+    return build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]  # type: ignore[no-any-return]
+
+
+def _walk(node: Any, path: str = ""):  # type: ignore[no-untyped-def]
+    if isinstance(node, dict):
+        yield path, node
+        for key in ("properties",):
+            for name, child in node.get(key, {}).items():
+                yield from _walk(child, f"{path}.{name}")
+        if isinstance(node.get("items"), dict):
+            yield from _walk(node["items"], f"{path}[]")
+        if isinstance(node.get("additionalProperties"), dict):
+            yield from _walk(node["additionalProperties"], f"{path}{{}}")
+
+
+def test_committed_crd_matches_the_models() -> None:
+    assert COMMITTED.exists(), "run `rlhf-operator crd` and commit crds/"
+    assert COMMITTED.read_text() == render_crd_yaml(), (
+        "crds/ drifted from the pydantic models: run `rlhf-operator crd` and commit the result"
+    )
+
+
+def test_schema_is_structural() -> None:
+    for path, node in _walk(_schema()):
+        assert "type" in node, f"{path or '<root>'} has no type"
+        for banned in ("$ref", "anyOf", "oneOf", "allOf", "$defs", "title", "prefixItems"):
+            assert banned not in node, f"{path}: {banned} is not structural"
+        assert not ("properties" in node and "additionalProperties" in node), path
+        for bound in ("exclusiveMinimum", "exclusiveMaximum"):
+            assert isinstance(node.get(bound, True), bool), f"{path}: {bound} must be a boolean"
+        assert node.get("default", 0) is not None, f"{path}: null default"
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("spec.algorithm.name", {"type": "string"}),
+        ("spec.rollout.samplesPerPrompt", {"type": "integer", "default": 1, "minimum": 1}),
+        ("spec.rollout.topP", {"type": "number", "exclusiveMinimum": True, "minimum": 0}),
+        ("spec.training.zeroStage", {"type": "integer", "maximum": 3}),
+        ("spec.models.critic", {"type": "object", "nullable": True}),
+        ("spec.rollout", {"type": "object", "default": {}}),
+        ("spec.placement.nodeSelector", {"type": "object"}),
+        ("spec.training.adamBetas", {"type": "array", "minItems": 2, "maxItems": 2}),
+        ("spec.algorithm.lambda", {"type": "number", "default": 0.95}),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
+def test_schema_nodes(path: str, expected: dict[str, Any]) -> None:
+    node = _schema()
+    for part in path.split("."):
+        node = node["properties"][part]
+    for key, value in expected.items():
+        assert node.get(key) == value, (path, key, node.get(key))
+
+
+def test_every_cel_rule_is_attached() -> None:
+    attached = {p: n.get("x-kubernetes-validations") for p, n in _walk(_schema())}
+    for path, rules in RULES.items():
+        key = "." + path if path else ""
+        assert attached.get(key) == [dict(r) for r in rules], path
+
+
+def test_crd_metadata() -> None:
+    crd = build_crd()
+    names = crd["spec"]["names"]
+    assert crd["metadata"]["name"] == "rlhfjobs.rlhf.dev"
+    assert names["shortNames"] == ["rlhf"]
+    version = crd["spec"]["versions"][0]
+    assert version["subresources"] == {"status": {}}
+    columns = [c["name"] for c in version["additionalPrinterColumns"]]
+    assert columns == ["Phase", "Algorithm", "Progress", "Reward", "GPUs", "Restarts", "Age"]
+    assert yaml.safe_load(render_crd_yaml()) == crd

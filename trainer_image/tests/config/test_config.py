@@ -1,0 +1,164 @@
+"""The job config: defaults, wire format, cross-field rules and their messages."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+from rlhf_trainer.config import (
+    AlgorithmName,
+    JobConfig,
+    JobSpec,
+    load_document,
+    role_devices,
+    validation_messages,
+)
+
+
+def minimal(**sections: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "algorithm": {"name": "ppo"},
+        "models": {"actor": {"randomInit": {}}, "rewardFunction": {"builtin": "target-token"}},
+        "data": {"train": [{"builtin": "target-token"}]},
+        "training": {"rolloutBatchSize": 8, "trainBatchSize": 8, "microTrainBatchSize": 2},
+    }
+    for key, value in sections.items():
+        doc[key] = {**doc.get(key, {}), **value}
+    return doc
+
+
+def messages(doc: dict[str, Any], model: type[JobConfig] = JobConfig) -> list[str]:
+    try:
+        model.model_validate(doc)
+    except ValidationError as err:
+        return validation_messages(err)
+    return []
+
+
+def test_defaults_follow_openrlhf() -> None:
+    cfg = JobConfig.model_validate(minimal())
+    assert cfg.algorithm.clip_low == 0.2
+    assert cfg.algorithm.lambd == 0.95
+    assert cfg.algorithm.gamma == 1.0
+    assert cfg.algorithm.kl_coef == 0.01
+    assert cfg.training.actor_learning_rate == 1e-6
+    assert cfg.training.critic_learning_rate == 9e-6
+    assert cfg.training.zero_stage == 2
+    assert cfg.rollout.samples_per_prompt == 1
+
+
+def test_camel_case_on_the_wire_and_snake_case_in_python() -> None:
+    cfg = JobConfig.model_validate(minimal(rollout={"samples_per_prompt": 2}))
+    assert cfg.rollout.samples_per_prompt == 2
+    dumped = cfg.to_manifest()
+    assert dumped["rollout"]["samplesPerPrompt"] == 2
+    assert dumped["algorithm"]["lambda"] == 0.95
+    assert JobConfig.model_validate(dumped) == cfg
+
+
+@pytest.mark.parametrize(
+    ("sections", "expected"),
+    [
+        pytest.param(
+            {"algorithm": {"name": "grpo"}},
+            "rollout.samplesPerPrompt: must be > 1 for algorithm grpo (got 1)",
+            id="grpo-needs-groups",
+        ),
+        pytest.param(
+            {"training": {"trainBatchSize": 6, "microTrainBatchSize": 4}},
+            "training.trainBatchSize: must be divisible by microTrainBatchSize x "
+            "placement.actorGpus (4 x 1 = 4); got 6",
+            id="micro-batch",
+        ),
+        pytest.param(
+            {"placement": {"criticGpus": 3}},
+            "training.trainBatchSize: must be divisible by microTrainBatchSize x "
+            "placement.criticGpus (2 x 3 = 6); got 8",
+            id="critic-ranks",
+        ),
+        pytest.param(
+            {"placement": {"colocateAll": True, "actorGpus": 2}},
+            "placement.colocateAll: the hybrid engine puts every model and the vLLM engines on "
+            "the same devices, so each role needs the same count (rollout = numEngines x "
+            "tensorParallelSize); got actor=2, reference=1, critic=1, rollout=1",
+            id="hybrid-engine",
+        ),
+        pytest.param(
+            {"training": {"adamOffload": True, "zeroStage": 0}},
+            "training.adamOffload: DeepSpeed offloads optimizer states only with ZeRO: set "
+            "training.zeroStage >= 1",
+            id="offload-needs-zero",
+        ),
+        pytest.param(
+            {"rollout": {"maxNewTokens": 100, "maxModelLen": 1000}},
+            "rollout.maxModelLen: must hold data.maxPromptLength + rollout.maxNewTokens "
+            "(1024 + 100 = 1124); got 1000",
+            id="model-len",
+        ),
+    ],
+)
+def test_cross_field_messages(sections: dict[str, Any], expected: str) -> None:
+    assert expected in messages(minimal(**sections))
+
+
+def test_all_problems_are_reported_at_once() -> None:
+    doc = minimal(
+        algorithm={"name": "grpo"},
+        rollout={"enableSleep": True},
+        training={"trainBatchSize": 6, "microTrainBatchSize": 4},
+    )
+    paths = [line.split(":")[0] for line in messages(doc)]
+    assert "rollout.samplesPerPrompt" in paths
+    assert "rollout.enableSleep" in paths
+    assert "training.trainBatchSize" in paths
+
+
+def test_manifest_paths_are_prefixed_with_spec() -> None:
+    doc = {
+        "apiVersion": "rlhf.dev/v1alpha1",
+        "kind": "RLHFJob",
+        "metadata": {"name": "demo"},
+        "spec": minimal(algorithm={"name": "rloo"}),
+    }
+    job = load_document(doc, "demo.yaml", __import__("pathlib").Path("."))
+    assert job.problems == ["spec.rollout.samplesPerPrompt: must be > 1 for algorithm rloo (got 1)"]
+
+
+def test_job_config_drops_kubernetes_only_parts() -> None:
+    spec = JobSpec.model_validate(
+        {**minimal(), "image": "trainer:1", "runPolicy": {"backoffLimit": 1}}
+    )
+    cfg = spec.job_config()
+    assert type(cfg) is JobConfig
+    assert "image" not in cfg.to_manifest()
+    assert cfg.algorithm == spec.algorithm
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "roles"),
+    [
+        ("ppo", {"actor", "reference", "critic", "rollout"}),
+        ("grpo", {"actor", "reference", "rollout"}),
+        ("sft", {"actor"}),
+        ("dpo", {"actor", "reference"}),
+    ],
+)
+def test_role_devices(algorithm: str, roles: set[str]) -> None:
+    doc = minimal(algorithm={"name": algorithm}, rollout={"samplesPerPrompt": 2})
+    if not AlgorithmName(algorithm).is_online:
+        doc["models"].pop("rewardFunction")
+    assert set(role_devices(JobConfig.model_validate(doc))) == roles
+
+
+def test_unknown_and_inline_secret_fields_are_rejected() -> None:
+    doc = minimal()
+    doc["rollout"] = {"samplePerPrompt": 2}
+    assert messages(doc) == [
+        "rollout.samplePerPrompt: unknown field (check the spelling; fields are camelCase)"
+    ]
+    spec_doc = {**minimal(), "env": [{"name": "WANDB_API_KEY", "value": "k"}]}
+    assert messages(spec_doc, JobSpec) == [
+        "env[0]: WANDB_API_KEY must not be inlined: reference a Secret with spec.secrets "
+        "(wandbApiKey) or valueFrom.secretKeyRef"
+    ]
