@@ -1,0 +1,152 @@
+"""Where a role's weights come from, and loading them with the ordinary `from_pretrained` path.
+
+`resolve_model_dir` turns a `ModelSource` into what `from_pretrained` takes: a Hub id or a
+directory for `pretrained` (relative paths are read against the job file's directory), the built
+directory for `randomInit`. The loaders add one thing to `from_pretrained`: an error that says
+what was tried and why it may have failed (typically: a Hub id on a machine with no network).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import (
+    AutoModelForCausalLM,
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
+
+from rlhf_trainer.config import ModelSource
+
+from .tiny import ModelKind, build_record, build_tiny_model
+from .value import ValueModel, init_value_head
+
+_PATH_PREFIXES = ("./", "../", "~", ".\\", "..\\")
+
+
+class ModelLoadError(RuntimeError):
+    """A model or tokenizer could not be loaded; the message says what was tried."""
+
+
+def random_init_dir(source: ModelSource, cache_dir: Path, kind: ModelKind) -> Path:
+    """The cache directory of a random-init build: one per (spec, kind), named by its digest."""
+    if source.random_init is None:
+        raise ValueError("random_init_dir needs a ModelSource with randomInit set")
+    record = json.dumps(build_record(source.random_init, kind), sort_keys=True)
+    digest = hashlib.sha256(record.encode()).hexdigest()[:12]
+    return Path(cache_dir) / f"random-init-{kind}-{digest}"
+
+
+def resolve_model_dir(
+    source: ModelSource,
+    cache_dir: Path,
+    kind: ModelKind = "causal-lm",
+    base_dir: Path | None = None,
+) -> str:
+    """What `from_pretrained` should get for `source`; builds random-init models on demand.
+
+    `kind` matters only for `randomInit` (a causal LM or a reward model is built); a
+    `pretrained` source is used as given, whatever its head. `base_dir` is where relative paths
+    are read from (the job file's directory); default: the current directory.
+    """
+    if source.random_init is not None:
+        out = random_init_dir(source, cache_dir, kind)
+        return str(build_tiny_model(source.random_init, out, kind=kind))
+    if source.pretrained is None:  # unreachable for a validated ModelSource
+        raise ValueError("a model source needs pretrained or randomInit")
+    return resolve_pretrained(source.pretrained, base_dir)
+
+
+def resolve_pretrained(name: str, base_dir: Path | None = None) -> str:
+    """A directory (absolute, `./`-relative, or existing under `base_dir`) or else a Hub id."""
+    base = Path.cwd() if base_dir is None else Path(base_dir)
+    explicit_path = name.startswith(("/", *_PATH_PREFIXES))
+    candidate = Path(name).expanduser()
+    if not candidate.is_absolute():
+        candidate = base / candidate
+    if candidate.exists():
+        return str(candidate.resolve())
+    if explicit_path:
+        raise ModelLoadError(
+            f"model path {name!r} does not exist (resolved to {candidate}); relative paths are "
+            "read against the job file's directory"
+        )
+    return name  # a Hugging Face id such as "org/model"
+
+
+def _load_hint(path: str) -> str:
+    if Path(path).is_dir():
+        return f"{path} is a directory but does not hold a loadable model"
+    return (
+        f"{path!r} is not a local directory, so it was read as a Hugging Face Hub id; with no "
+        "network the model must already be in the HF cache (HF_HOME) or be given as a path"
+    )
+
+
+def _dtype(dtype: torch.dtype | str) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    value = getattr(torch, dtype, None)
+    if not isinstance(value, torch.dtype):
+        raise ValueError(f"dtype must be a torch dtype name such as bfloat16; got {dtype!r}")
+    return value
+
+
+def load_tokenizer(path: str | Path, **kwargs: Any) -> PreTrainedTokenizerBase:
+    """The model's tokenizer; a missing pad token falls back to eos (left padding for prompts)."""
+    try:
+        tok = AutoTokenizer.from_pretrained(str(path), **kwargs)
+    except (OSError, ValueError) as err:
+        raise ModelLoadError(f"cannot load tokenizer: {_load_hint(str(path))}: {err}") from err
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    tok.padding_side = "left"
+    return tok
+
+
+def load_causal_lm(
+    path: str | Path, dtype: torch.dtype | str = torch.float32, **kwargs: Any
+) -> PreTrainedModel:
+    """The actor / reference policy: `AutoModelForCausalLM.from_pretrained(path)`."""
+    try:
+        model: PreTrainedModel = AutoModelForCausalLM.from_pretrained(
+            str(path), dtype=_dtype(dtype), **kwargs
+        )
+    except (OSError, ValueError) as err:
+        raise ModelLoadError(f"cannot load causal LM: {_load_hint(str(path))}: {err}") from err
+    return model
+
+
+def load_value_model(
+    path: str | Path,
+    dtype: torch.dtype | str = torch.float32,
+    *,
+    head_seed: int = 0,
+    **kwargs: Any,
+) -> ValueModel:
+    """A critic or reward model (`ValueModel`) from a reward model or a causal-LM checkpoint.
+
+    From a sequence-classification checkpoint the trained `score` head is loaded; from a causal
+    LM only the backbone is, and the head is initialised from `head_seed` (deterministic).
+    """
+    try:
+        hf, info = AutoModelForSequenceClassification.from_pretrained(
+            str(path), dtype=_dtype(dtype), num_labels=1, output_loading_info=True, **kwargs
+        )
+    except (OSError, ValueError) as err:
+        raise ModelLoadError(f"cannot load value model: {_load_hint(str(path))}: {err}") from err
+    model = ValueModel(hf)
+    missing = set(info.get("missing_keys", ()))
+    if any(key.startswith("score.") for key in missing):
+        init_value_head(model.head, head_seed)
+    if hf.config.pad_token_id is None and hf.config.eos_token_id is not None:
+        # HF's pooled forward needs a pad id to find each row's last token.
+        eos = hf.config.eos_token_id
+        hf.config.pad_token_id = eos[0] if isinstance(eos, list) else eos
+    return model
