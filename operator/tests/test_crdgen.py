@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from rlhf_operator.crd_validations import RULES
 from rlhf_operator.crdgen import CRD_FILE, build_crd, render_crd_yaml
 

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 from pydantic import ValidationError
+
 from rlhf_trainer.config import (
     AlgorithmName,
     JobConfig,

@@ -85,6 +85,8 @@ class LossAggregation(StrEnum):
     TOKEN_MEAN = "token-mean"
     SEQ_MEAN_TOKEN_MEAN = "seq-mean-token-mean"
     SEQ_MEAN_TOKEN_SUM = "seq-mean-token-sum"
+    # Dr. GRPO: token sums divided by a constant (the generation budget), not by length.
+    SEQ_MEAN_TOKEN_SUM_NORM = "seq-mean-token-sum-norm"
 
 
 class AlgorithmConfig(ConfigModel):

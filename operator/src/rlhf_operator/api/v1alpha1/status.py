@@ -7,7 +7,8 @@ from __future__ import annotations
 from enum import StrEnum
 
 from pydantic import Field
-from rlhf_trainer.config import ConfigModel
+
+from rlhf_trainer.config import ConfigModel, Device
 
 
 class Phase(StrEnum):
@@ -32,6 +33,9 @@ class ConditionType(StrEnum):
     CHECKPOINTED = "Checkpointed"
     COMPLETE = "Complete"
     FAILED = "Failed"
+    # A failed attempt was replaced by a fresh RayJob resuming from the latest checkpoint;
+    # the message keeps why the previous attempt failed.
+    RESTARTED = "Restarted"
 
 
 class ConditionStatus(StrEnum):
@@ -59,6 +63,12 @@ class ConditionReason(StrEnum):
     BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
     DEADLINE_EXCEEDED = "DeadlineExceeded"
     RAY_JOB_MISSING = "RayJobMissing"
+    # A ConfigMap or PVC the spec references does not exist (yet).
+    DEPENDENCY_MISSING = "DependencyMissing"
+    # KubeRay removed the Ray cluster after the job finished (its GPUs are free).
+    CLUSTER_SHUT_DOWN = "ClusterShutDown"
+    # A child with our name exists but another controller owns it: we do not take it over.
+    CHILD_CONFLICT = "ChildConflict"
 
 
 class Condition(ConfigModel):
@@ -88,8 +98,12 @@ class WorkerGroupAllocation(ConfigModel):
 
 
 class Allocation(ConfigModel):
-    """Devices per role after colocation, and how they are packed into Ray worker groups."""
+    """Devices per role after colocation, and how they are packed into Ray worker groups.
 
+    Keys of `gpus_per_role` are device groups: roles sharing devices are joined with '+'
+    (e.g. `actor+reference`). With `device: cpu` the counts are CPU ranks, not GPUs."""
+
+    device: Device = Device.GPU
     gpus_per_role: dict[str, int] = Field(default_factory=dict)
     rollout_engines: int = Field(0, ge=0)
     tensor_parallel_size: int = Field(1, ge=1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
 from rlhf_trainer.config import API_GROUP, JobSpec
 from rlhf_trainer.config import KIND as CONFIG_KIND
 
