@@ -1,0 +1,50 @@
+"""Every child of an RLHFJob, in the order they are applied (what a pod needs exists before
+the RayJob that starts the pods)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..api.v1alpha1 import Allocation, RLHFJob
+from ..placement import plan
+from ..settings import OperatorSettings
+from .common import JSON
+from .configmap import build_config_map
+from .pvc import build_pvc
+from .rayjob import build_ray_job
+from .rbac import build_role, build_role_binding, build_service_account
+
+
+@dataclass(frozen=True)
+class Children:
+    allocation: Allocation
+    support: list[JSON]  # ServiceAccount, Role, RoleBinding, ConfigMap[, PVC]
+    ray_job: JSON
+
+    @property
+    def all(self) -> list[JSON]:
+        return [*self.support, self.ray_job]
+
+
+def render_children(
+    job: RLHFJob, settings: OperatorSettings, *, attempt: int = 0, suspend: bool | None = None
+) -> Children:
+    """Pure. Raises PlacementError / BuildError (both name the spec field) when impossible."""
+    allocation = plan(job.spec)
+    support = [
+        build_service_account(job),
+        build_role(job),
+        build_role_binding(job),
+        build_config_map(job),
+    ]
+    pvc = build_pvc(job)
+    if pvc is not None:
+        support.append(pvc)
+    ray_job = build_ray_job(
+        job,
+        allocation,
+        settings,
+        attempt=attempt,
+        suspend=job.spec.run_policy.suspend if suspend is None else suspend,
+    )
+    return Children(allocation, support, ray_job)

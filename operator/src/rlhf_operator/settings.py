@@ -1,0 +1,175 @@
+"""Operator configuration: read once from the environment (the Helm chart sets it), immutable.
+
+Also the kopf startup settings that follow from it: kopf keeps its handler progress and
+diff-base in annotations with our `rlhf.dev` prefix (the CRD's status schema is strict, so
+nothing kopf-owned may live in `status`), uses our finalizer name, posts events as
+`rlhf-operator`, and watches with bounded timeouts so a silently dropped watch reconnects.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import kopf
+
+from .api.v1alpha1 import GROUP
+
+OPERATOR_NAME = "rlhf-operator"
+FINALIZER = f"{GROUP}/finalizer"
+ANNOTATION_PREFIX = GROUP
+ENV_PREFIX = "RLHF_OPERATOR_"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+_Getter = Callable[[str], "str | None"]
+
+
+class SettingsError(ValueError):
+    """A setting has a value we cannot use; the message names the environment variable."""
+
+
+@dataclass(frozen=True)
+class OperatorSettings:
+    # Namespaces served; empty means the whole cluster.
+    namespaces: tuple[str, ...] = ()
+    # Trainer image used when an RLHFJob has no spec.image.
+    default_trainer_image: str | None = None
+    metrics_port: int = 8080
+    # kopf's liveness endpoint is served at http://0.0.0.0:<health_port>/healthz.
+    health_port: int = 8081
+    # kopf peering object name: with two replicas, one pauses while the other works.
+    # Empty: standalone (one replica).
+    peering: str | None = None
+    peering_priority: int | None = None
+    log_level: str = "INFO"
+    # Ray version the trainer image ships; KubeRay uses it to pick features.
+    ray_version: str = "2.60.0"
+    # How long to wait before re-checking a job that waits for something (a referenced
+    # ConfigMap or PVC), and after a transient API error.
+    dependency_retry_seconds: float = 30.0
+    api_retry_seconds: float = 5.0
+    # Watch timeouts: the server closes each watch after ~server_timeout; the client gives
+    # up on a silent connection after client_timeout and reconnects.
+    watch_server_timeout: float = 270.0
+    watch_client_timeout: float = 300.0
+    watch_connect_timeout: float = 30.0
+    # Identity in posted Events (reportingInstance): the pod name in a cluster.
+    instance: str = field(default_factory=lambda: os.environ.get("HOSTNAME", "local"))
+
+    @property
+    def clusterwide(self) -> bool:
+        return not self.namespaces
+
+    @property
+    def liveness_endpoint(self) -> str:
+        return f"http://0.0.0.0:{self.health_port}/healthz"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> OperatorSettings:
+        env = os.environ if env is None else env
+
+        def get(name: str) -> str | None:
+            value = env.get(ENV_PREFIX + name, "").strip()
+            return value or None
+
+        namespaces = tuple(n.strip() for n in (get("NAMESPACES") or "").split(",") if n.strip())
+        log_level = (get("LOG_LEVEL") or "INFO").upper()
+        if log_level not in LOG_LEVELS:
+            raise SettingsError(
+                f"{ENV_PREFIX}LOG_LEVEL: must be one of {', '.join(LOG_LEVELS)} (got {log_level!r})"
+            )
+        defaults = cls()
+        return cls(
+            namespaces=namespaces,
+            default_trainer_image=get("DEFAULT_TRAINER_IMAGE"),
+            metrics_port=_port(get, "METRICS_PORT", defaults.metrics_port),
+            health_port=_port(get, "HEALTH_PORT", defaults.health_port),
+            peering=get("PEERING"),
+            peering_priority=_int(get, "PEERING_PRIORITY", None),
+            log_level=log_level,
+            ray_version=get("RAY_VERSION") or defaults.ray_version,
+            dependency_retry_seconds=_seconds(
+                get, "DEPENDENCY_RETRY_SECONDS", defaults.dependency_retry_seconds
+            ),
+            api_retry_seconds=_seconds(get, "API_RETRY_SECONDS", defaults.api_retry_seconds),
+            watch_server_timeout=_seconds(
+                get, "WATCH_SERVER_TIMEOUT", defaults.watch_server_timeout
+            ),
+            watch_client_timeout=_seconds(
+                get, "WATCH_CLIENT_TIMEOUT", defaults.watch_client_timeout
+            ),
+        )
+
+
+def _int(get: _Getter, name: str, default: int | None) -> int | None:
+    raw = get(name)
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise SettingsError(f"{ENV_PREFIX}{name}: must be an integer (got {raw!r})") from None
+
+
+def _port(get: _Getter, name: str, default: int) -> int:
+    value = _int(get, name, default)
+    if value is None or not 1 <= value <= 65535:
+        raise SettingsError(f"{ENV_PREFIX}{name}: must be a TCP port 1..65535 (got {value})")
+    return value
+
+
+def _seconds(get: _Getter, name: str, default: float) -> float:
+    raw = get(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SettingsError(
+            f"{ENV_PREFIX}{name}: must be a number of seconds (got {raw!r})"
+        ) from None
+    if value <= 0:
+        raise SettingsError(f"{ENV_PREFIX}{name}: must be > 0 (got {raw!r})")
+    return value
+
+
+def configure_kopf(kopf_settings: kopf.OperatorSettings, settings: OperatorSettings) -> None:
+    """Apply our conventions to kopf's settings (called from the startup handler)."""
+    persistence = kopf_settings.persistence
+    persistence.finalizer = FINALIZER
+    persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=ANNOTATION_PREFIX)
+    persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=ANNOTATION_PREFIX, key="last-handled-configuration"
+    )
+
+    posting = kopf_settings.posting
+    posting.enabled = True
+    posting.loggers = False  # only explicit transition events, never log lines
+    posting.level = logging.INFO
+    posting.reporting_component = OPERATOR_NAME
+    posting.reporting_instance = settings.instance
+    posting.event_name_prefix = f"{OPERATOR_NAME}-"
+
+    watching = kopf_settings.watching
+    watching.server_timeout = settings.watch_server_timeout
+    watching.client_timeout = settings.watch_client_timeout
+    watching.connect_timeout = settings.watch_connect_timeout
+    # Only our RayJobs are watched: the API server filters, not the operator.
+    watching.label_selectors["ray.io", "rayjobs"] = f"app.kubernetes.io/managed-by={OPERATOR_NAME}"
+
+    peering = kopf_settings.peering
+    peering.standalone = settings.peering is None
+    if settings.peering is not None:
+        peering.name = settings.peering
+        peering.mandatory = True  # a missing peering object is an install error, say so
+        peering.clusterwide = settings.clusterwide
+        # Equal priorities pause every replica; distinct ones let exactly one work.
+        peering.priority = (
+            settings.peering_priority
+            if settings.peering_priority is not None
+            else random.randint(1, 1_000_000)
+        )
+        peering.stealth = True

@@ -1,0 +1,1 @@
+"""Fast tests of the operator's pure modules: placement, builders, status, settings."""
