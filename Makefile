@@ -42,6 +42,8 @@ imports: venv
 
 crd: venv
 	$(VENV)/bin/rlhf-operator crd
+	# The chart and the kustomize base ship byte copies (deploy_tests/test_crd_sync.py).
+	scripts/sync-chart-crds.sh
 
 test: venv tools lint typecheck imports
 	$(VENV)/bin/pytest

@@ -1,0 +1,235 @@
+"""Least-privilege RBAC, checked on what Helm and kustomize actually render: no wildcards,
+namespaced mode with Roles only, the same rules in both install paths, and enough rights for
+what the operator's builders create (including the trainer Role it grants, which RBAC only lets
+it create if it holds those permissions itself)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from helm_tool import REPO, Helm, Manifest, by_kind, kubectl_kustomize, one, parse_manifests
+from scenarios import NAMESPACED, SCENARIOS
+
+BASE = REPO / "manifests" / "base"
+NAMESPACED_OVERLAY = REPO / "manifests" / "overlays" / "namespaced"
+RBAC_KINDS = ("ClusterRole", "Role")
+EXAMPLE = REPO / "manifests" / "examples" / "rloo.yaml"
+
+# Plural and API group of every kind the operator's builders create.
+RESOURCE_OF_KIND = {
+    "ConfigMap": ("", "configmaps"),
+    "PersistentVolumeClaim": ("", "persistentvolumeclaims"),
+    "ServiceAccount": ("", "serviceaccounts"),
+    "Role": ("rbac.authorization.k8s.io", "roles"),
+    "RoleBinding": ("rbac.authorization.k8s.io", "rolebindings"),
+    "RayJob": ("ray.io", "rayjobs"),
+}
+# What reconciling a child takes: read it, create it, patch it to the desired state, delete it.
+CHILD_VERBS = ("get", "create", "patch", "delete")
+
+Permission = tuple[str, str, str]  # (apiGroup, resource, verb)
+
+
+def _permissions(rules: Sequence[dict[str, Any]]) -> set[Permission]:
+    """Unrestricted permissions only (rules with resourceNames grant less, skip them)."""
+    return {
+        (group, resource, verb)
+        for rule in rules
+        if not rule.get("resourceNames")
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def _granted(manifests: Sequence[Manifest]) -> set[Permission]:
+    """Everything the (Cluster)Roles of one install grant, without resourceNames limits."""
+    return set().union(*(_permissions(m["rules"]) for m in manifests if m["kind"] in RBAC_KINDS))
+
+
+def _rules(manifests: Sequence[Manifest]) -> Iterator[tuple[str, dict[str, Any]]]:
+    for obj in manifests:
+        if obj["kind"] in RBAC_KINDS:
+            for rule in obj["rules"]:
+                yield f"{obj['kind']}/{obj['metadata']['name']}", rule
+
+
+def _helm(helm: Helm, chart: Path, scenario: str) -> list[Manifest]:
+    return parse_manifests(helm.template(chart, SCENARIOS[scenario]))
+
+
+@pytest.fixture(scope="module")
+def installs(helm: Helm, offline_chart: Path) -> dict[str, list[Manifest]]:
+    """Every way to install: Helm scenarios and the kustomize base and overlay."""
+    rendered = {f"helm:{name}": _helm(helm, offline_chart, name) for name in SCENARIOS}
+    rendered["kustomize:base"] = kubectl_kustomize(BASE)
+    rendered["kustomize:namespaced"] = kubectl_kustomize(NAMESPACED_OVERLAY)
+    return rendered
+
+
+INSTALLS = [f"helm:{name}" for name in SCENARIOS if name != "rbac-external"] + [
+    "kustomize:base",
+    "kustomize:namespaced",
+]
+
+
+@pytest.mark.parametrize("install", INSTALLS)
+def test_no_wildcards_and_no_non_resource_urls(
+    installs: dict[str, list[Manifest]], install: str
+) -> None:
+    rules = list(_rules(installs[install]))
+    assert rules, f"{install} renders no RBAC rules"
+    for owner, rule in rules:
+        assert "nonResourceURLs" not in rule, owner
+        for field in ("apiGroups", "resources", "verbs", "resourceNames"):
+            assert not any("*" in value for value in rule.get(field, [])), (owner, rule)
+
+
+@pytest.mark.parametrize("install", INSTALLS)
+def test_never_grants_secrets_pods_or_escalation_verbs(
+    installs: dict[str, list[Manifest]], install: str
+) -> None:
+    # The operator never reads Secrets (trainers get them by secretKeyRef) nor execs into pods,
+    # and holding what it grants makes `bind`/`escalate`/`impersonate` unnecessary.
+    for owner, rule in _rules(installs[install]):
+        assert not {"secrets", "pods", "pods/exec"} & set(rule["resources"]), owner
+        assert not {"bind", "escalate", "impersonate", "update"} & set(rule["verbs"]) or (
+            rule["resources"] == ["rlhfjobs/finalizers"]
+        ), (owner, rule)
+
+
+@pytest.mark.parametrize(
+    "install", [f"helm:{name}" for name in sorted(NAMESPACED)] + ["kustomize:namespaced"]
+)
+def test_namespaced_mode_has_roles_only(installs: dict[str, list[Manifest]], install: str) -> None:
+    kinds = {obj["kind"] for obj in installs[install]}
+    assert "Role" in kinds and "RoleBinding" in kinds
+    assert not kinds & {"ClusterRole", "ClusterRoleBinding"}
+
+
+@pytest.mark.parametrize("install", ["helm:default", "helm:peering-cluster-wide", "kustomize:base"])
+def test_cluster_wide_mode_binds_one_cluster_role(
+    installs: dict[str, list[Manifest]], install: str
+) -> None:
+    manifests = installs[install]
+    role = one(manifests, "ClusterRole")
+    binding = one(manifests, "ClusterRoleBinding")
+    service_account = one(manifests, "ServiceAccount")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": role["metadata"]["name"],
+    }
+    assert binding["subjects"] == [
+        {
+            "kind": "ServiceAccount",
+            "name": service_account["metadata"]["name"],
+            "namespace": service_account["metadata"]["namespace"],
+        }
+    ]
+    assert not by_kind(manifests, "Role")
+
+
+def test_helm_and_kustomize_grant_the_same_rules(installs: dict[str, list[Manifest]]) -> None:
+    helm_cluster = one(installs["helm:default"], "ClusterRole")["rules"]
+    kustomize_cluster = one(installs["kustomize:base"], "ClusterRole")["rules"]
+    assert helm_cluster == kustomize_cluster
+    helm_roles = by_kind(installs["helm:namespaced"], "Role")
+    kustomize_role = one(installs["kustomize:namespaced"], "Role")
+    assert all(role["rules"] == kustomize_role["rules"] for role in helm_roles)
+
+
+def test_namespaced_rules_are_the_cluster_rules_minus_cluster_scoped_reads(
+    installs: dict[str, list[Manifest]],
+) -> None:
+    cluster = _permissions(one(installs["helm:default"], "ClusterRole")["rules"])
+    namespaced = _permissions(by_kind(installs["helm:namespaced"], "Role")[0]["rules"])
+    assert cluster - namespaced == {
+        ("apiextensions.k8s.io", "customresourcedefinitions", "get"),
+        ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
+        ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
+        ("", "namespaces", "list"),
+        ("", "namespaces", "watch"),
+    }
+    assert namespaced <= cluster
+
+
+@pytest.mark.parametrize(
+    ("install", "resource"),
+    [
+        ("helm:peering-cluster-wide", "clusterkopfpeerings"),
+        ("helm:peering-namespaced", "kopfpeerings"),
+    ],
+)
+def test_peering_replicas_may_write_their_keepalives(
+    installs: dict[str, list[Manifest]], install: str, resource: str
+) -> None:
+    granted = _granted(installs[install])
+    for verb in ("get", "list", "watch", "patch"):
+        assert ("kopf.dev", resource, verb) in granted
+    unpeered = _granted(installs["helm:default"])
+    assert not any(group == "kopf.dev" for group, _, _ in unpeered)
+
+
+def _example_job() -> Any:
+    """An example RLHFJob as the API server would hand it to the operator (with checkpoint
+    storage, so that a PVC is among the children)."""
+    api = pytest.importorskip("rlhf_operator.api.v1alpha1")
+    manifest = yaml.safe_load(EXAMPLE.read_text())
+    manifest["metadata"].update(namespace="team-a", uid="6f1c7c2e-0000-4000-8000-000000000001")
+    assert manifest["spec"]["checkpoint"]["storage"]["size"]
+    return api.RLHFJob.model_validate(manifest)
+
+
+@pytest.mark.parametrize("install", ["helm:default", "helm:namespaced", "kustomize:namespaced"])
+def test_operator_holds_what_it_needs_for_every_child_it_builds(
+    installs: dict[str, list[Manifest]], install: str
+) -> None:
+    children = pytest.importorskip("rlhf_operator.builders.children")
+    settings = pytest.importorskip("rlhf_operator.settings")
+    # The operator's settings exactly as the rendered Deployment configures them.
+    container = one(installs[install], "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    env = {item["name"]: item["value"] for item in container["env"]}
+    operator_settings = settings.OperatorSettings.from_env(env)
+    built = children.render_children(_example_job(), operator_settings).all
+    granted = _granted(installs[install])
+    kinds = {child["kind"] for child in built}
+    assert kinds <= set(RESOURCE_OF_KIND), (
+        f"new child kinds need RBAC: {kinds - set(RESOURCE_OF_KIND)}"
+    )
+    for kind in kinds:
+        group, resource = RESOURCE_OF_KIND[kind]
+        missing = [verb for verb in CHILD_VERBS if (group, resource, verb) not in granted]
+        assert not missing, f"{install}: cannot {missing} {resource}"
+    # Children carry ownerReferences with blockOwnerDeletion: that takes update on finalizers
+    # where the OwnerReferencesPermissionEnforcement admission plugin is on.
+    if any(
+        ref.get("blockOwnerDeletion")
+        for c in built
+        for ref in c["metadata"].get("ownerReferences", [])
+    ):
+        assert ("rlhf.dev", "rlhfjobs/finalizers", "update") in granted
+
+
+@pytest.mark.parametrize("install", ["helm:default", "helm:namespaced", "kustomize:namespaced"])
+def test_operator_holds_every_permission_it_grants_to_trainers(
+    installs: dict[str, list[Manifest]], install: str
+) -> None:
+    # RBAC escalation prevention: creating a Role (and binding it) is only allowed to a subject
+    # that holds all of the Role's permissions, unless it has `escalate`/`bind` (it must not).
+    rbac = pytest.importorskip("rlhf_operator.builders.rbac")
+    trainer_role = rbac.build_role(_example_job())
+    granted = _granted(installs[install])
+    wanted = {
+        (group, resource, verb)
+        for rule in trainer_role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    assert wanted, "the trainer Role grants nothing"
+    assert wanted <= granted, f"the operator could not create the trainer Role: {wanted - granted}"
