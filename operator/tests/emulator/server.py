@@ -1,0 +1,340 @@
+"""The HTTP face of the emulator: kube-apiserver's URL layout, verbs, errors and watch streams."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+from aiohttp import web
+
+from . import discovery, errors, tables
+from .accounting import Faults, RequestLog, RequestRecord, now
+from .resources import Registry, ResourceInfo
+from .selectors import field_matcher, label_matcher
+from .store import APPLY, Store
+from .watch import END, bookmark
+
+JSON = dict[str, Any]
+_TRUE = ("true", "1", "True")
+
+
+@dataclass(frozen=True)
+class Target:
+    """A parsed resource URL."""
+
+    info: ResourceInfo
+    namespace: str | None
+    name: str | None
+    subresource: str | None
+
+
+def _json(body: Any, status: int = 200, warnings: list[str] | None = None) -> web.Response:
+    response = web.Response(
+        body=json.dumps(body).encode(), status=status, content_type="application/json"
+    )
+    for warning in warnings or []:
+        escaped = warning.replace("\\", "\\\\").replace('"', '\\"')
+        response.headers.add("Warning", f'299 - "{escaped}"')
+    return response
+
+
+class ApiServer:
+    def __init__(self, store: Store, log: RequestLog, faults: Faults) -> None:
+        self.store = store
+        self.registry: Registry = store.registry
+        self.log = log
+        self.faults = faults
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_get("/_emulator/requests", self._serve_accounting)
+        app.router.add_route("*", "/{tail:.*}", self._dispatch)
+        return app
+
+    async def _serve_accounting(self, request: web.Request) -> web.Response:
+        """Request counts for a benchmark that runs the emulator in another process."""
+        return _json(self.log.as_json(int(request.query.get("since", "0"))))
+
+    # --- routing ----------------------------------------------------------------------------
+
+    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+        parts = [p for p in request.path.split("/") if p]
+        verb, resource, target = "get", "discovery", None
+        response: web.StreamResponse | None
+        try:
+            if request.method == "GET" and (response := self._discovery(parts)) is not None:
+                code = response.status
+            else:
+                target = self._parse_target(parts)
+                verb = self._verb(request, target)
+                resource = target.info.qualified + (
+                    f"/{target.subresource}" if target.subresource else ""
+                )
+                self.faults.check(verb, resource, target.name)
+                if verb == "watch":  # counted when it opens: it may stream for minutes
+                    self._record(request, verb, resource, target, 200)
+                    return await self._watch(request, target)
+                response = await self._serve(request, verb, target)
+                code = response.status
+        except errors.ApiError as error:
+            response, code = _json(error.status(), error.code), error.code
+        self._record(request, verb, resource, target, code)
+        return response
+
+    def _record(
+        self, request: web.Request, verb: str, resource: str, target: Target | None, code: int
+    ) -> None:
+        namespace, name = (target.namespace, target.name) if target else (None, None)
+        self.log.add(RequestRecord(verb, resource, namespace, name, request.path, code, now()))
+
+    def _discovery(self, parts: list[str]) -> web.Response | None:
+        if not parts:
+            return _json(discovery.root_paths(self.registry))
+        if parts == ["version"]:
+            return _json(discovery.SERVER_VERSION)
+        if parts[0] in ("healthz", "livez", "readyz"):
+            return web.Response(text="ok")
+        if parts == ["api"]:
+            return _json(discovery.api_versions())
+        if parts == ["apis"]:
+            return _json(discovery.api_group_list(self.registry))
+        if parts[0] == "apis" and len(parts) == 2:
+            return _json(discovery.api_group(self.registry, parts[1]))
+        if parts[0] == "api" and len(parts) == 2:
+            return _json(discovery.api_resource_list(self.registry, "", parts[1]))
+        if parts[0] == "apis" and len(parts) == 3:
+            return _json(discovery.api_resource_list(self.registry, parts[1], parts[2]))
+        if parts[0] == "openapi":
+            raise errors.no_such_path("/" + "/".join(parts))
+        return None
+
+    def _parse_target(self, parts: list[str]) -> Target:
+        path = "/" + "/".join(parts)
+        if len(parts) >= 3 and parts[0] == "api":
+            group, version, rest = "", parts[1], parts[2:]
+        elif len(parts) >= 4 and parts[0] == "apis":
+            group, version, rest = parts[1], parts[2], parts[3:]
+        else:
+            raise errors.no_such_path(path)
+        namespace = None
+        if rest[0] == "namespaces" and len(rest) >= 3 and rest[2] not in ("status", "finalize"):
+            namespace, rest = rest[1], rest[2:]
+        if len(rest) > 3:
+            raise errors.no_such_path(path)
+        info = self.registry.lookup(group, version, rest[0])
+        if info is None or (namespace is not None and not info.namespaced):
+            raise errors.no_such_path(path)
+        name = rest[1] if len(rest) > 1 else None
+        subresource = rest[2] if len(rest) > 2 else None
+        if info.namespaced and name is not None and namespace is None:
+            raise errors.no_such_path(path)
+        if subresource is not None and subresource not in info.subresources:
+            raise errors.no_such_path(path)
+        return Target(info, namespace, name, subresource)
+
+    @staticmethod
+    def _verb(request: web.Request, target: Target) -> str:
+        method, named = request.method, target.name is not None
+        if method == "GET":
+            if request.query.get("watch") in _TRUE:
+                return "watch"
+            return "get" if named else "list"
+        verbs = {
+            ("POST", False): "create",
+            ("PUT", True): "update",
+            ("PATCH", True): "patch",
+            ("DELETE", True): "delete",
+            ("DELETE", False): "deletecollection",
+        }
+        if (method, named) not in verbs:
+            raise errors.method_not_allowed(f"{method} is not supported on {request.path}")
+        verb = verbs[(method, named)]
+        if verb not in target.info.verbs:
+            raise errors.method_not_allowed(f"{verb} is not supported on {target.info.qualified}")
+        return verb
+
+    # --- serving ----------------------------------------------------------------------------
+
+    async def _body(self, request: web.Request, *, yaml_allowed: bool = False) -> Any:
+        raw = await request.read()
+        if not raw:
+            return None
+        try:
+            if yaml_allowed or "yaml" in request.content_type:
+                return yaml.safe_load(raw)
+            return json.loads(raw)
+        except (ValueError, yaml.YAMLError) as error:
+            raise errors.bad_request(f"the request body is not valid JSON/YAML: {error}") from None
+
+    async def _serve(self, request: web.Request, verb: str, target: Target) -> web.StreamResponse:
+        info, ns, name, sub = target.info, target.namespace, target.name, target.subresource
+        query = request.query
+        dry_run = query.get("dryRun") == "All"
+        validation = query.get("fieldValidation", "Warn")
+        warnings = [info.deprecation_warning] if info.deprecation_warning else []
+        if verb == "get":
+            obj = self.store.get(info, ns, name or "")
+            return self._render(request, info, [obj], single=True)
+        if verb == "list":
+            items, rv, token = self.store.select(
+                info,
+                ns,
+                label_matcher(query.get("labelSelector")),
+                field_matcher(query.get("fieldSelector")),
+                limit=int(query["limit"]) if query.get("limit", "").isdigit() else None,
+                continue_token=query.get("continue"),
+            )
+            return self._render(request, info, items, rv=rv, token=token)
+        if verb == "create":
+            body = await self._body(request)
+            obj, more = self.store.create(
+                info, ns, body, dry_run=dry_run, field_validation=validation
+            )
+            return _json(self._served(obj, info), 201, warnings + more)
+        if verb == "update":
+            body = await self._body(request)
+            obj, more = self.store.update(
+                info,
+                ns,
+                name or "",
+                body,
+                subresource=sub,
+                dry_run=dry_run,
+                field_validation=validation,
+            )
+            return _json(self._served(obj, info), 200, warnings + more)
+        if verb == "patch":
+            content_type = request.content_type
+            body = await self._body(request, yaml_allowed=content_type == APPLY)
+            obj, more, created = self.store.patch(
+                info,
+                ns,
+                name or "",
+                content_type,
+                body,
+                subresource=sub,
+                dry_run=dry_run,
+                field_validation=validation,
+                field_manager=query.get("fieldManager"),
+            )
+            return _json(self._served(obj, info), 201 if created else 200, warnings + more)
+        if verb == "delete":
+            options = await self._body(request) or {}
+            obj, gone = self.store.delete(
+                info,
+                ns,
+                name or "",
+                propagation=query.get("propagationPolicy") or options.get("propagationPolicy"),
+                preconditions=options.get("preconditions"),
+                dry_run=dry_run,
+            )
+            if gone and not info.custom:
+                details = {
+                    "name": name,
+                    "group": info.group,
+                    "kind": info.plural,
+                    "uid": obj["metadata"]["uid"],
+                }
+                return _json(
+                    {
+                        "kind": "Status",
+                        "apiVersion": "v1",
+                        "metadata": {},
+                        "status": "Success",
+                        "details": details,
+                    },
+                    200,
+                    warnings,
+                )
+            return _json(self._served(obj, info), 200, warnings)
+        # deletecollection
+        self.store.delete_collection(
+            info,
+            ns,
+            label_matcher(query.get("labelSelector")),
+            field_matcher(query.get("fieldSelector")),
+        )
+        return _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"})
+
+    @staticmethod
+    def _served(obj: JSON, info: ResourceInfo) -> JSON:
+        """Objects are stored under one version and served under the requested one."""
+        return (
+            obj
+            if obj.get("apiVersion") == info.api_version
+            else {**obj, "apiVersion": info.api_version}
+        )
+
+    def _render(
+        self,
+        request: web.Request,
+        info: ResourceInfo,
+        items: list[JSON],
+        *,
+        single: bool = False,
+        rv: str = "",
+        token: str = "",
+    ) -> web.Response:
+        served = [self._served(obj, info) for obj in items]
+        if "as=Table" in request.headers.get("Accept", ""):
+            return _json(tables.table(info, served, rv=rv))
+        if single:
+            return _json(served[0])
+        metadata: JSON = {"resourceVersion": rv}
+        if token:
+            metadata["continue"] = token
+        return _json(
+            {
+                "kind": info.list_kind,
+                "apiVersion": info.api_version,
+                "metadata": metadata,
+                "items": served,
+            }
+        )
+
+    async def _watch(self, request: web.Request, target: Target) -> web.StreamResponse:
+        info, query = target.info, request.query
+        fields = query.get("fieldSelector")
+        if target.name is not None:  # the legacy single-object watch
+            fields = ",".join(filter(None, [fields, f"metadata.name={target.name}"]))
+        labels_match, fields_match = (
+            label_matcher(query.get("labelSelector")),
+            field_matcher(fields),
+        )
+        raw_rv = query.get("resourceVersion") or ""
+        if raw_rv and not raw_rv.isdigit():
+            raise errors.bad_request(f"invalid resourceVersion {raw_rv!r}")
+        timeout = float(query["timeoutSeconds"]) if query.get("timeoutSeconds") else None
+        bookmarks = query.get("allowWatchBookmarks") in _TRUE
+        watcher = self.store.watch(
+            info, target.namespace, labels_match, fields_match, int(raw_rv) if raw_rv else None
+        )
+        response = web.StreamResponse(status=200)
+        response.content_type = "application/json"
+        response.enable_chunked_encoding()
+        try:
+            await response.prepare(request)
+            if query.get("sendInitialEvents") in _TRUE and bookmarks:
+                watcher.queue.put_nowait(
+                    bookmark(info.kind, info.api_version, self.store.rv, initial_end=True)
+                )
+            deadline = asyncio.get_running_loop().time() + timeout if timeout else None
+            while True:
+                remaining = deadline - asyncio.get_running_loop().time() if deadline else None
+                try:
+                    line = await asyncio.wait_for(watcher.queue.get(), remaining)
+                except TimeoutError:
+                    if bookmarks:
+                        await response.write(bookmark(info.kind, info.api_version, self.store.rv))
+                    break
+                if line is END:
+                    break
+                await response.write(line)
+        except ConnectionResetError:
+            pass  # the client went away
+        finally:
+            self.store.unwatch(watcher)
+        return response
