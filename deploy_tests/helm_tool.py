@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 import subprocess
 import uuid
@@ -117,8 +118,21 @@ class Helm:
         return self.run(*args).stdout
 
 
+class GoYamlLoader(yaml.SafeLoader):
+    """PyYAML reads YAML 1.1, where `9e-06` (no dot) is a string; Helm and kubectl write Go's
+    YAML, where it is a float. Resolve floats the way Go does so that rendered output compares
+    equal to what the API server would receive."""
+
+
+GoYamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$"),
+    list("-+.0123456789"),
+)
+
+
 def parse_manifests(text: str) -> list[Manifest]:
-    return [doc for doc in yaml.safe_load_all(text) if doc]
+    return [doc for doc in yaml.load_all(text, Loader=GoYamlLoader) if doc]
 
 
 def offline_chart_copy(destination: Path) -> Path:

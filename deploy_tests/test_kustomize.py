@@ -1,0 +1,106 @@
+"""The kustomize install (`kubectl apply -k manifests/base`, or the namespaced overlay), rendered
+by the kustomize built into kubectl: valid objects, the real CRD, and the same operator pod as the
+Helm chart's defaults."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from helm_tool import REPO, Helm, Manifest, by_kind, kubectl_kustomize, one, parse_manifests
+
+BASE = REPO / "manifests" / "base"
+OVERLAYS = {"base": BASE, "namespaced": REPO / "manifests" / "overlays" / "namespaced"}
+
+
+@pytest.fixture(scope="module")
+def kustomized(tools: Path) -> dict[str, list[Manifest]]:
+    return {name: kubectl_kustomize(path) for name, path in OVERLAYS.items()}
+
+
+@pytest.fixture(scope="module")
+def helm_default(helm: Helm, offline_chart: Path) -> list[Manifest]:
+    return parse_manifests(helm.template(offline_chart, {}, release="rlhf-operator"))
+
+
+def _pod(manifests: list[Manifest]) -> dict[str, Any]:
+    return dict(one(manifests, "Deployment")["spec"]["template"]["spec"])
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_object_is_valid_kubernetes(
+    kustomized: dict[str, list[Manifest]],
+    kube_validate: Callable[[dict[str, Any]], None],
+    overlay: str,
+) -> None:
+    kinds = set()
+    for obj in kustomized[overlay]:
+        kube_validate(obj)
+        kinds.add(obj["kind"])
+    assert {"CustomResourceDefinition", "ServiceAccount", "Deployment", "Namespace"} <= kinds
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_installs_the_generated_crd_unchanged(
+    kustomized: dict[str, list[Manifest]], overlay: str
+) -> None:
+    generated = yaml.safe_load((REPO / "crds" / "rlhf.dev_rlhfjobs.yaml").read_text())
+    assert one(kustomized[overlay], "CustomResourceDefinition") == generated
+
+
+def test_operator_pod_matches_the_helm_chart_defaults(
+    kustomized: dict[str, list[Manifest]], helm_default: list[Manifest]
+) -> None:
+    kustomize_pod, helm_pod = _pod(kustomized["base"]), _pod(helm_default)
+    assert kustomize_pod["securityContext"] == helm_pod["securityContext"]
+    assert kustomize_pod["volumes"] == helm_pod["volumes"]
+    kustomize_container, helm_container = kustomize_pod["containers"][0], helm_pod["containers"][0]
+    for field in (
+        "command",
+        "env",
+        "ports",
+        "livenessProbe",
+        "readinessProbe",
+        "resources",
+        "securityContext",
+        "volumeMounts",
+        "imagePullPolicy",
+        "image",
+    ):
+        assert kustomize_container[field] == helm_container[field], field
+    assert (
+        one(kustomized["base"], "Deployment")["spec"]["strategy"]
+        == one(helm_default, "Deployment")["spec"]["strategy"]
+    )
+
+
+def test_base_puts_the_operator_in_its_own_namespace(
+    kustomized: dict[str, list[Manifest]],
+) -> None:
+    manifests = kustomized["base"]
+    assert [ns["metadata"]["name"] for ns in by_kind(manifests, "Namespace")] == ["rlhf-system"]
+    for kind in ("ServiceAccount", "Deployment"):
+        assert one(manifests, kind)["metadata"]["namespace"] == "rlhf-system"
+    binding = one(manifests, "ClusterRoleBinding")
+    assert binding["subjects"][0]["namespace"] == "rlhf-system"
+
+
+def test_namespaced_overlay_serves_exactly_the_namespaces_it_grants(
+    kustomized: dict[str, list[Manifest]],
+) -> None:
+    manifests = kustomized["namespaced"]
+    container = _pod(manifests)["containers"][0]
+    env = {item["name"]: item["value"] for item in container["env"]}
+    served = set(env["RLHF_OPERATOR_NAMESPACES"].split(","))
+    assert {role["metadata"]["namespace"] for role in by_kind(manifests, "Role")} == served
+    assert {b["metadata"]["namespace"] for b in by_kind(manifests, "RoleBinding")} == served
+    for binding in by_kind(manifests, "RoleBinding"):
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "rlhf-operator", "namespace": "rlhf-system"}
+        ]
+    # The patch replaced the value, it did not add a second variable of the same name.
+    names = [item["name"] for item in container["env"]]
+    assert len(names) == len(set(names))
