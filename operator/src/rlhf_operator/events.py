@@ -1,0 +1,131 @@
+"""Kubernetes Events posted on an RLHFJob: closed enums of reasons, and the pure mapping from a
+status transition to the events that announce it (`kubectl describe` shows them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from .api.v1alpha1 import (
+    Condition,
+    ConditionReason,
+    ConditionStatus,
+    ConditionType,
+    RLHFJobStatus,
+)
+
+
+class EventType(StrEnum):
+    NORMAL = "Normal"
+    WARNING = "Warning"
+
+
+class EventReason(StrEnum):
+    SPEC_INVALID = "SpecInvalid"
+    PLACEMENT_IMPOSSIBLE = "PlacementImpossible"
+    SPEC_VALID = "SpecValid"
+    CREATED = "Created"
+    UPDATED = "Updated"
+    ADOPTED = "Adopted"
+    DELETED = "Deleted"
+    CHILD_CONFLICT = "ChildConflict"
+    DEPENDENCY_MISSING = "DependencyMissing"
+    WAITING_FOR_ADMISSION = "WaitingForAdmission"
+    ADMITTED = "Admitted"
+    CLUSTER_READY = "ClusterReady"
+    RUNNING = "Running"
+    CHECKPOINT_SAVED = "CheckpointSaved"
+    SUSPENDED = "Suspended"
+    RESUMED = "Resumed"
+    RETRYING = "Retrying"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
+    DEADLINE_EXCEEDED = "DeadlineExceeded"
+    RAY_JOB_MISSING = "RayJobMissing"
+    TTL_EXPIRED = "TTLExpired"
+
+
+@dataclass(frozen=True)
+class Event:
+    type: EventType
+    reason: EventReason
+    message: str
+
+
+_T, _F = ConditionStatus.TRUE, ConditionStatus.FALSE
+_R = ConditionReason
+
+# (condition type, status, reason) -> the event announcing that the condition became so.
+# Unlisted transitions (e.g. ClusterReady=False while provisioning) are not announced.
+_ANNOUNCED: dict[
+    tuple[ConditionType, ConditionStatus, ConditionReason | None], tuple[EventType, EventReason]
+] = {
+    (ConditionType.VALID, _F, _R.SPEC_INVALID): (EventType.WARNING, EventReason.SPEC_INVALID),
+    (ConditionType.VALID, _F, _R.PLACEMENT_IMPOSSIBLE): (
+        EventType.WARNING,
+        EventReason.PLACEMENT_IMPOSSIBLE,
+    ),
+    (ConditionType.ADMITTED, _T, None): (EventType.NORMAL, EventReason.ADMITTED),
+    (ConditionType.ADMITTED, _F, _R.WAITING_FOR_ADMISSION): (
+        EventType.NORMAL,
+        EventReason.WAITING_FOR_ADMISSION,
+    ),
+    (ConditionType.ADMITTED, _F, _R.DEPENDENCY_MISSING): (
+        EventType.WARNING,
+        EventReason.DEPENDENCY_MISSING,
+    ),
+    (ConditionType.ADMITTED, _F, _R.CHILD_CONFLICT): (
+        EventType.WARNING,
+        EventReason.CHILD_CONFLICT,
+    ),
+    (ConditionType.ADMITTED, _F, _R.RAY_JOB_MISSING): (
+        EventType.WARNING,
+        EventReason.RAY_JOB_MISSING,
+    ),
+    (ConditionType.CLUSTER_READY, _T, None): (EventType.NORMAL, EventReason.CLUSTER_READY),
+    (ConditionType.RUNNING, _T, None): (EventType.NORMAL, EventReason.RUNNING),
+    (ConditionType.CHECKPOINTED, _T, None): (EventType.NORMAL, EventReason.CHECKPOINT_SAVED),
+    (ConditionType.SUSPENDED, _T, None): (EventType.NORMAL, EventReason.SUSPENDED),
+    (ConditionType.SUSPENDED, _F, _R.RESUMED): (EventType.NORMAL, EventReason.RESUMED),
+    (ConditionType.COMPLETE, _T, None): (EventType.NORMAL, EventReason.SUCCEEDED),
+    (ConditionType.FAILED, _T, _R.JOB_FAILED): (EventType.WARNING, EventReason.FAILED),
+    (ConditionType.FAILED, _T, _R.BACKOFF_LIMIT_EXCEEDED): (
+        EventType.WARNING,
+        EventReason.BACKOFF_LIMIT_EXCEEDED,
+    ),
+    (ConditionType.FAILED, _T, _R.DEADLINE_EXCEEDED): (
+        EventType.WARNING,
+        EventReason.DEADLINE_EXCEEDED,
+    ),
+    (ConditionType.RESTARTED, _T, None): (EventType.WARNING, EventReason.RETRYING),
+}
+
+# Conditions whose message carries news on its own (a new checkpoint, another restart).
+_MESSAGE_IS_NEWS = {ConditionType.CHECKPOINTED, ConditionType.RESTARTED}
+
+
+def _announcement(condition: Condition) -> tuple[EventType, EventReason] | None:
+    key = (condition.type, condition.status, condition.reason)
+    return _ANNOUNCED.get(key) or _ANNOUNCED.get((condition.type, condition.status, None))
+
+
+def transition_events(previous: RLHFJobStatus | None, current: RLHFJobStatus) -> list[Event]:
+    """Events for the conditions that changed from `previous` to `current`."""
+    before = {c.type: c for c in (previous.conditions if previous else [])}
+    events: list[Event] = []
+    for condition in current.conditions:
+        old = before.get(condition.type)
+        changed = old is None or (old.status, old.reason) != (condition.status, condition.reason)
+        news = condition.type in _MESSAGE_IS_NEWS and old is not None
+        if not changed and not (news and old is not None and old.message != condition.message):
+            continue
+        if condition.type is ConditionType.VALID and condition.status is _T:
+            # "Valid" is only news when it recovers from an invalid spec.
+            if old is not None and old.status is _F:
+                events.append(Event(EventType.NORMAL, EventReason.SPEC_VALID, "spec is valid"))
+            continue
+        announced = _announcement(condition)
+        if announced is not None:
+            events.append(Event(announced[0], announced[1], condition.message))
+    return events

@@ -1,0 +1,226 @@
+"""One reconcile pass as a pure decision: (RLHFJob body, observed, settings, now) -> Decision.
+
+validate -> plan -> status (the run policy) -> the children that must exist, the RayJobs to
+delete, the events to post, when to look again. `controller.py` carries the decision out
+against the API server; nothing here does I/O, so every case is a table row in the tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from pydantic import ValidationError
+
+from rlhf_trainer.config import JobSpec, validation_messages
+from rlhf_trainer.config.loading import NAME_MAX_LENGTH, NAME_PATTERN
+
+from .api.v1alpha1 import ConditionReason, ConditionType, RLHFJob, RLHFJobStatus, TrainerReport
+from .builders.children import render_children
+from .builders.common import JSON, BuildError
+from .events import Event, transition_events
+from .observed import Observed
+from .placement import PlacementError
+from .settings import OperatorSettings
+from .status import compute_status, invalid_status, is_finished, parse_time
+
+# Paths inside a RayJob that another controller owns while the job waits in a Kueue queue.
+SUSPEND_PATH = ("spec", "suspend")
+
+
+@dataclass(frozen=True)
+class Desired:
+    """A child as it should be. `create_only`: never changed after creation (a PVC's spec is
+    immutable). `preserve`: fields another controller owns, left as they are found."""
+
+    obj: JSON
+    create_only: bool = False
+    preserve: tuple[tuple[str, ...], ...] = ()
+
+    @property
+    def kind(self) -> str:
+        return str(self.obj["kind"])
+
+    @property
+    def name(self) -> str:
+        return str(self.obj["metadata"]["name"])
+
+
+@dataclass(frozen=True)
+class Decision:
+    status: RLHFJobStatus
+    apply: tuple[Desired, ...] = ()
+    delete_ray_jobs: tuple[str, ...] = ()
+    delete_self: bool = False
+    requeue_after: float | None = None
+    events: tuple[Event, ...] = ()
+    # The spec is invalid: nothing is retried until it changes (kopf PermanentError).
+    invalid: str | None = None
+    # Something the job needs is missing: look again later (kopf TemporaryError).
+    waiting: str | None = None
+    problems: list[str] = field(default_factory=list)
+
+
+def spec_problems(body: Mapping[str, Any]) -> list[str]:
+    """Field-level problems of the body's name and spec, beyond what the CRD enforces."""
+    problems: list[str] = []
+    name = str((body.get("metadata") or {}).get("name", ""))
+    if len(name) > NAME_MAX_LENGTH or not NAME_PATTERN.match(name):
+        problems.append(
+            f"metadata.name: must be a DNS-1035 label of at most {NAME_MAX_LENGTH} characters "
+            f"(children are named after it); got {name!r}"
+        )
+    try:
+        JobSpec.model_validate(body.get("spec") or {})
+    except ValidationError as err:
+        problems += validation_messages(err, prefix="spec")
+    return problems
+
+
+def previous_status(body: Mapping[str, Any]) -> tuple[RLHFJobStatus | None, TrainerReport | None]:
+    """The stored status and the trainer's report; a part that does not parse is ignored
+    (recomputed) rather than blocking the job."""
+    raw = body.get("status") or {}
+    trainer: TrainerReport | None = None
+    if isinstance(raw.get("trainer"), Mapping):
+        try:
+            trainer = TrainerReport.model_validate(raw["trainer"])
+        except ValidationError:
+            trainer = None
+    ours = {k: v for k, v in raw.items() if k != "trainer"}
+    if not ours:
+        return None, trainer
+    try:
+        return RLHFJobStatus.model_validate(ours), trainer
+    except ValidationError:
+        return None, trainer
+
+
+def _generation(body: Mapping[str, Any]) -> int | None:
+    value = (body.get("metadata") or {}).get("generation")
+    return int(value) if value is not None else None
+
+
+def _invalid(
+    body: Mapping[str, Any],
+    prev: RLHFJobStatus | None,
+    trainer: TrainerReport | None,
+    observed: Observed,
+    reason: ConditionReason,
+    problems: list[str],
+    now: datetime,
+) -> Decision:
+    message = "; ".join(problems)
+    status = invalid_status(
+        prev,
+        generation=_generation(body),
+        reason=reason,
+        message=message,
+        has_ray_job=bool(observed.ray_jobs),
+        now=now,
+    ).model_copy(update={"trainer": trainer})
+    return Decision(
+        status=status,
+        events=tuple(transition_events(prev, status)),
+        invalid=message,
+        problems=problems,
+    )
+
+
+def decide(
+    body: Mapping[str, Any], observed: Observed, settings: OperatorSettings, now: datetime
+) -> Decision:
+    prev, trainer = previous_status(body)
+    problems = spec_problems(body)
+    if problems:
+        return _invalid(body, prev, trainer, observed, ConditionReason.SPEC_INVALID, problems, now)
+    job = RLHFJob.model_validate({**body, "status": prev.to_manifest() if prev else None})
+    try:
+        render_children(job, settings)
+    except PlacementError as err:
+        reason = ConditionReason.PLACEMENT_IMPOSSIBLE
+        return _invalid(body, prev, trainer, observed, reason, [str(err)], now)
+    except BuildError as err:
+        reason = ConditionReason.SPEC_INVALID
+        return _invalid(body, prev, trainer, observed, reason, [str(err)], now)
+
+    status = compute_status(job, observed, trainer, now)
+    events = tuple(transition_events(prev, status))
+    if is_finished(status):
+        return _finished(job, status, observed, events, now)
+
+    attempt = status.restarts
+    children = render_children(job, settings, attempt=attempt)
+    apply = [
+        Desired(obj, create_only=obj["kind"] == "PersistentVolumeClaim") for obj in children.support
+    ]
+    waiting = None
+    if observed.missing_dependencies:
+        waiting = "waiting for " + ", ".join(observed.missing_dependencies)
+    elif not observed.conflicts:
+        queued_by_kueue = job.spec.placement.queue_name is not None
+        preserve = (SUSPEND_PATH,) if queued_by_kueue and not job.spec.run_policy.suspend else ()
+        apply.append(Desired(children.ray_job, preserve=preserve))
+    stale = tuple(o.name for o in observed.ray_jobs if o.attempt < attempt and not o.deleting)
+    return Decision(
+        status=status,
+        apply=tuple(apply),
+        delete_ray_jobs=stale,
+        requeue_after=_deadline_wait(job, status, now),
+        events=events,
+        waiting=waiting,
+    )
+
+
+def _finished(
+    job: RLHFJob,
+    status: RLHFJobStatus,
+    observed: Observed,
+    events: tuple[Event, ...],
+    now: datetime,
+) -> Decision:
+    failed = next((c for c in status.conditions if c.type is ConditionType.FAILED), None)
+    # A deadline stops a running attempt: its RayJob goes (and with it the Ray cluster).
+    # Otherwise KubeRay already shut the cluster down and the RayJob stays as a record.
+    stop = failed is not None and failed.reason is ConditionReason.DEADLINE_EXCEEDED
+    delete = tuple(o.name for o in observed.ray_jobs if not o.deleting) if stop else ()
+    ttl = job.spec.run_policy.ttl_seconds_after_finished
+    finished_at = parse_time(status.completion_time)
+    if ttl is None or finished_at is None:
+        return Decision(status=status, delete_ray_jobs=delete, events=events)
+    remaining = (finished_at + timedelta(seconds=ttl) - now).total_seconds()
+    if remaining <= 0:
+        return Decision(status=status, delete_ray_jobs=delete, delete_self=True, events=events)
+    return Decision(status=status, delete_ray_jobs=delete, requeue_after=remaining, events=events)
+
+
+def _deadline_wait(job: RLHFJob, status: RLHFJobStatus, now: datetime) -> float | None:
+    deadline, started = job.spec.run_policy.active_deadline_seconds, parse_time(status.start_time)
+    if deadline is None or started is None:
+        return None
+    return max(0.0, (started + timedelta(seconds=deadline) - now).total_seconds())
+
+
+def status_patch(previous: Mapping[str, Any] | None, status: RLHFJobStatus) -> dict[str, Any]:
+    """A JSON merge patch turning the stored status into ours, `trainer` untouched (the
+    trainer owns it). Empty when nothing changed: then no request is made."""
+    old = {k: v for k, v in (previous or {}).items() if k != "trainer"}
+    new = {k: v for k, v in status.to_manifest().items() if k != "trainer"}
+    return _merge_diff(old, new)
+
+
+def _merge_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    patch: dict[str, Any] = {}
+    for key in old.keys() - new.keys():
+        patch[key] = None
+    for key, value in new.items():
+        before = old.get(key)
+        if isinstance(value, Mapping) and isinstance(before, Mapping):
+            nested = _merge_diff(before, value)
+            if nested:
+                patch[key] = nested
+        elif before != value or key not in old:
+            patch[key] = value
+    return patch
