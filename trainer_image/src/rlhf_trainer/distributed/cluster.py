@@ -1,0 +1,357 @@
+"""The trainer's view of the cluster: start Ray, place the roles, and run calls on them.
+
+`TrainingCluster` is the one object the driver loop uses; its methods take and return plain
+tensors, token lists and dicts (or `Pending` handles for calls that may overlap).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ray
+import torch
+from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
+from torch import Tensor
+
+from rlhf_trainer.config import Device, JobConfig, RolloutEngine
+
+from .groups import Pending, RoleGroup, split_rows
+from .plan import (
+    ACTOR,
+    CRITIC,
+    REFERENCE,
+    ROLLOUT,
+    GroupPlan,
+    PlacementPlan,
+    plan_placement,
+    reward_role,
+)
+from .vllm_engine import EngineSettings, Generated, SamplingSettings, VLLMEngine
+from .weight_sync import BROADCAST, OBJECT_STORE, WeightSync
+from .workers.actor import ActorWorker
+from .workers.base import WorkerSettings
+from .workers.critic import CriticWorker
+from .workers.frozen import ReferenceWorker, RewardModelWorker
+from .workers.trained import mean_over_ranks
+
+PLACEMENT_TIMEOUT_S = 120.0
+# Logical CPUs one rank asks for: small on CPU machines so that every role fits on 2 cores
+# (threads are set explicitly), one per rank on GPU nodes.
+CPUS_PER_RANK = {Device.CPU: 0.05, Device.GPU: 1.0}
+MIN_KV_CACHE_BYTES = 32 * 2**20
+
+
+class ClusterError(RuntimeError):
+    """The cluster cannot run this job as placed (resources, start-up)."""
+
+
+@dataclass(frozen=True)
+class ModelDirs:
+    actor: str
+    critic: str | None
+    reference: str | None
+    rewards: tuple[str, ...]
+
+
+def start_ray(plan: PlacementPlan, device: Device, *, address: str | None = None) -> None:
+    """Join the cluster (`address`/RAY_ADDRESS, as on KubeRay) or start a local Ray whose
+    resources make room for the plan; then check the plan's devices exist."""
+    if not ray.is_initialized():
+        target = address or os.environ.get("RAY_ADDRESS")
+        if target:
+            ray.init(address=target, log_to_driver=_verbose())
+        else:
+            kwargs: dict[str, Any] = {
+                "num_cpus": os.cpu_count() or 1,
+                "include_dashboard": False,
+                "log_to_driver": _verbose(),
+                "object_store_memory": 1 * 2**30 if device is Device.CPU else None,
+            }
+            if device is Device.CPU:
+                if plan.resource == "GPU":
+                    kwargs["num_gpus"] = plan.total_devices
+                else:
+                    kwargs["resources"] = {plan.resource: plan.total_devices}
+            ray.init(**{k: v for k, v in kwargs.items() if v is not None})
+    available = ray.cluster_resources().get(plan.resource, 0)
+    if available < plan.total_devices:
+        raise ClusterError(
+            f"the job needs {plan.total_devices} x {plan.resource} (placement below) but the Ray "
+            f"cluster has {available:g}; on a CPU machine set placement.device: cpu and a custom "
+            f"placement.rayResource (e.g. GPU-like)\n{plan.describe()}"
+        )
+
+
+def _verbose() -> bool:
+    return os.environ.get("RLHF_VERBOSE", "") not in ("", "0")
+
+
+def _create_pg(group: GroupPlan, resource: str, cpus: float) -> PlacementGroup:
+    key = "GPU" if resource == "GPU" else resource
+    bundle = {key: 1.0, "CPU": cpus * len(group.shares)}
+    pg = placement_group([dict(bundle) for _ in range(group.devices)], strategy="PACK")
+    try:
+        ray.get(pg.ready(), timeout=PLACEMENT_TIMEOUT_S)
+    except ray.exceptions.GetTimeoutError as err:
+        remove_placement_group(pg)
+        raise ClusterError(
+            f"placement group {group.name!r} ({group.devices} x {bundle}) was not placed within "
+            f"{PLACEMENT_TIMEOUT_S:.0f} s; cluster resources: {ray.available_resources()}"
+        ) from err
+    return pg
+
+
+def model_max_length(model_dir: str) -> int:
+    """The longest context the model's positions allow (its config's max_position_embeddings)."""
+    cfg = json.loads((Path(model_dir) / "config.json").read_text())
+    return int(cfg.get("max_position_embeddings") or 2**31 - 1)
+
+
+def kv_cache_bytes(model_dir: str, tokens: int, dtype_bytes: int) -> int:
+    """KV cache for `tokens` tokens of the model (with 50 % headroom), at least 32 MiB."""
+    cfg = json.loads((Path(model_dir) / "config.json").read_text())
+    layers = int(cfg["num_hidden_layers"])
+    heads = int(cfg.get("num_key_value_heads") or cfg["num_attention_heads"])
+    head_dim = int(cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"])
+    per_token = 2 * layers * heads * head_dim * dtype_bytes
+    return max(MIN_KV_CACHE_BYTES, int(per_token * tokens * 1.5))
+
+
+class TrainingCluster:
+    """Every role of one job, placed and built; the loop's only handle on Ray."""
+
+    def __init__(self, job: JobConfig, dirs: ModelDirs, *, total_optimizer_steps: int) -> None:
+        self.job, self.dirs = job, dirs
+        self.plan = plan_placement(job)
+        device = job.placement.device
+        self.on_gpu = device is Device.GPU
+        start_ray(self.plan, device)
+        cpus = CPUS_PER_RANK[device]
+        threads = 0 if self.on_gpu else (os.cpu_count() or 1)
+        env = {"TOKENIZERS_PARALLELISM": "false"}
+        if threads:
+            env["OMP_NUM_THREADS"] = str(threads)
+        self.pgs = {g.name: _create_pg(g, self.plan.resource, cpus) for g in self.plan.groups}
+
+        def group(
+            role: str,
+            cls: type,
+            model_dir: str,
+            *,
+            extra_env: dict[str, str] | None = None,
+            args: tuple[Any, ...] | None = None,
+            distributed: bool = True,
+        ) -> RoleGroup:
+            placed, share = self.plan.locate(role)
+            settings = WorkerSettings(job, model_dir, self.on_gpu, threads, total_optimizer_steps)
+            return RoleGroup(
+                role,
+                cls,
+                share.ranks,
+                self.pgs[placed.name],
+                resource=self.plan.resource,
+                fraction=share.fraction,
+                cpus=cpus,
+                env={**env, **(extra_env or {})},
+                args=args if args is not None else (settings,),
+                distributed=distributed,
+            )
+
+        roles = set(self.plan.roles())
+        # Engines first: their start-up is the longest and overlaps the models' loading.
+        self.engines: RoleGroup | None = None
+        if ROLLOUT in roles:
+            self.engines = group(
+                ROLLOUT,
+                VLLMEngine,
+                dirs.actor,
+                extra_env={
+                    "VLLM_ENABLE_V1_MULTIPROCESSING": os.environ.get(
+                        "VLLM_ENABLE_V1_MULTIPROCESSING", "0"
+                    )
+                },
+                args=(self._engine_settings(threads),),
+                distributed=False,
+            )
+        self.actor = group(ACTOR, ActorWorker, dirs.actor)
+        self.reference = (
+            group(REFERENCE, ReferenceWorker, dirs.reference)
+            if REFERENCE in roles and dirs.reference
+            else None
+        )
+        self.critic = (
+            group(CRITIC, CriticWorker, dirs.critic) if CRITIC in roles and dirs.critic else None
+        )
+        self.rewards = [
+            group(reward_role(i), RewardModelWorker, d) for i, d in enumerate(dirs.rewards)
+        ]
+        builders = [g.call("build") for g in self._model_groups()]
+        self.num_params = {
+            g.role: p.result()[0] for g, p in zip(self._model_groups(), builders, strict=True)
+        }
+        if self.engines is not None:
+            self.engines.call("ping").result()
+        self.weight_sync: WeightSync | None = None
+        if self.engines is not None:
+            mode = OBJECT_STORE if job.placement.colocate_all else BROADCAST
+            self.weight_sync = WeightSync(
+                self.actor,
+                self.engines,
+                mode=mode,
+                backend="nccl" if self.on_gpu else "gloo",
+                dtype=self._vllm_dtype(),
+            )
+            self.weight_sync.setup()
+
+    # --- set-up helpers -------------------------------------------------------------------
+    def _vllm_dtype(self) -> str:
+        return "bfloat16" if self.job.training.bf16 else "float32"
+
+    def _engine_settings(self, threads: int) -> EngineSettings:
+        r, d, t = self.job.rollout, self.job.data, self.job.training
+        max_len = r.max_model_len or min(
+            d.max_prompt_length + r.max_new_tokens, model_max_length(self.dirs.actor)
+        )
+        per_engine = -(-t.rollout_batch_size * r.samples_per_prompt // r.num_engines)
+        kv = kv_cache_bytes(self.dirs.actor, per_engine * max_len, 2 if t.bf16 else 4)
+        return EngineSettings(
+            model_dir=self.dirs.actor,
+            dtype=self._vllm_dtype(),
+            seed=t.seed,
+            max_model_len=max_len,
+            gpu_memory_utilization=r.gpu_memory_utilization,
+            enforce_eager=r.enforce_eager or not self.on_gpu,
+            on_gpu=self.on_gpu,
+            kv_cache_bytes=kv,
+            deterministic=t.deterministic,
+            threads=threads,
+        )
+
+    def _model_groups(self) -> list[RoleGroup]:
+        groups = [self.actor]
+        groups += [self.reference] if self.reference else []
+        groups += [self.critic] if self.critic else []
+        return groups + self.rewards
+
+    # --- generation -----------------------------------------------------------------------
+    def generate(
+        self, prompts: list[list[int]], seeds: list[int], sampling: SamplingSettings, pad_id: int
+    ) -> list[list[Generated]]:
+        """`sampling.n` responses per prompt, in prompt order."""
+        if self.job.rollout.engine is RolloutEngine.HF or self.engines is None:
+            workers, method, extra = self.actor.workers, "generate", (sampling, pad_id)
+        else:
+            workers, method, extra = self.engines.workers, "generate", (sampling,)
+        parts = len(workers)
+        bounds = [len(prompts) * i // parts for i in range(parts + 1)]
+        refs = [
+            getattr(w, method).remote(
+                prompts[bounds[i] : bounds[i + 1]], seeds[bounds[i] : bounds[i + 1]], *extra
+            )
+            for i, w in enumerate(workers)
+        ]
+        return [g for part in ray.get(refs) for g in part]
+
+    # --- experience -----------------------------------------------------------------------
+    def actor_log_probs(self, batch: dict[str, Tensor]) -> Pending:
+        return self.actor.map_batch("log_probs", batch)
+
+    def reference_log_probs(self, batch: dict[str, Tensor]) -> Pending | None:
+        return self.reference.map_batch("log_probs", batch) if self.reference else None
+
+    def critic_values(self, batch: dict[str, Tensor]) -> Pending | None:
+        return self.critic.map_batch("values", batch) if self.critic else None
+
+    def reward_model_scores(self, batch: dict[str, Tensor]) -> list[Pending]:
+        return [g.map_batch("scores", batch) for g in self.rewards]
+
+    # --- update ---------------------------------------------------------------------------
+    def train_actor(self, batch: dict[str, Tensor], step: int, kl_coef: float) -> Pending:
+        shards = split_rows(batch, self.actor.size)
+        return Pending(
+            [
+                w.train.remote(s, step, kl_coef)
+                for w, s in zip(self.actor.workers, shards, strict=True)
+            ],
+            mean_over_ranks,
+        )
+
+    def train_critic(self, batch: dict[str, Tensor], step: int) -> Pending | None:
+        if self.critic is None:
+            return None
+        shards = split_rows(batch, self.critic.size)
+        return Pending(
+            [w.train.remote(s, step) for w, s in zip(self.critic.workers, shards, strict=True)],
+            mean_over_ranks,
+        )
+
+    def sync_weights(self) -> float:
+        return self.weight_sync.sync() if self.weight_sync else 0.0
+
+    # --- checkpoints ----------------------------------------------------------------------
+    def _trained(self) -> list[RoleGroup]:
+        return [self.actor] + ([self.critic] if self.critic else [])
+
+    def save_checkpoint(self, directory: str) -> None:
+        Pending(
+            [r for g in self._trained() for r in g.call("save_checkpoint", directory).refs]
+        ).result()
+
+    def load_checkpoint(self, directory: str) -> None:
+        Pending(
+            [r for g in self._trained() for r in g.call("load_checkpoint", directory).refs]
+        ).result()
+
+    def export_hf(self, directory: str) -> dict[str, str]:
+        out = {"actor": str(Path(directory) / "actor")}
+        pending = [self.actor.call("export_hf", out["actor"], self.dirs.actor)]
+        if self.critic is not None and self.dirs.critic:
+            out["critic"] = str(Path(directory) / "critic")
+            pending.append(self.critic.call("export_hf", out["critic"], self.dirs.critic))
+        for p in pending:
+            p.result()
+        return out
+
+    def weights_finite(self) -> bool:
+        results = [v for g in self._trained() for v in g.call("params_finite").result()]
+        return all(results)
+
+    def optimizer_steps(self) -> int:
+        return int(self.actor.call_rank0("optimizer_steps").result())
+
+    # --- teardown -------------------------------------------------------------------------
+    def shutdown(self) -> None:
+        groups = self._model_groups() + ([self.engines] if self.engines else [])
+        for g in groups:
+            try:
+                g.kill()
+            except Exception:
+                pass
+        for pg in self.pgs.values():
+            try:
+                remove_placement_group(pg)
+            except Exception:
+                pass
+
+
+def shutdown_ray() -> None:
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+def unwrap_error(err: BaseException) -> BaseException:
+    """The exception a Ray task raised (Ray wraps it in a RayTaskError), for clear messages."""
+    if isinstance(err, ray.exceptions.RayTaskError):
+        cause = err.as_instanceof_cause()
+        inner = getattr(err, "cause", None)
+        return inner if isinstance(inner, BaseException) else cause
+    return err
+
+
+def is_ray_error(err: BaseException) -> bool:
+    return isinstance(err, ray.exceptions.RayError)

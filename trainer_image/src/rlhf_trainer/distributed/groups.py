@@ -1,0 +1,116 @@
+"""A role's ranks as Ray actors in a placement group, and calls fanned out over them.
+
+`RoleGroup` hides Ray from the driver loop: calls return `Pending` handles whose `result()`
+blocks, so independent stages (e.g. actor and reference log-probs) run at the same time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import ray
+import torch
+from ray.util.placement_group import PlacementGroup
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+from torch import Tensor
+
+
+class Pending:
+    """Results of calls in flight; `result()` waits and combines them."""
+
+    def __init__(self, refs: list[Any], combine: Callable[[list[Any]], Any] = list) -> None:
+        self.refs, self.combine = refs, combine
+
+    def result(self) -> Any:
+        return self.combine(ray.get(self.refs))
+
+
+def actor_options(
+    pg: PlacementGroup,
+    bundle: int,
+    resource: str,
+    fraction: float,
+    cpus: float,
+    env: dict[str, str],
+) -> dict[str, Any]:
+    options: dict[str, Any] = {
+        "num_cpus": cpus,
+        "scheduling_strategy": PlacementGroupSchedulingStrategy(
+            placement_group=pg, placement_group_bundle_index=bundle
+        ),
+        "runtime_env": {"env_vars": env},
+        "max_concurrency": 1,
+    }
+    if resource == "GPU":
+        options["num_gpus"] = fraction
+    else:
+        options["resources"] = {resource: fraction}
+    return options
+
+
+class RoleGroup:
+    """`ranks` Ray actors of `worker_cls` (rank i on bundle `first_bundle + i` of `pg`)."""
+
+    def __init__(
+        self,
+        role: str,
+        worker_cls: type,
+        ranks: int,
+        pg: PlacementGroup,
+        *,
+        resource: str,
+        fraction: float,
+        cpus: float,
+        env: dict[str, str],
+        args: Sequence[Any] = (),
+        first_bundle: int = 0,
+        distributed: bool = True,
+    ) -> None:
+        self.role = role
+        remote_cls = ray.remote(worker_cls)
+        self.workers = []
+        for rank in range(ranks):
+            options = actor_options(pg, first_bundle + rank, resource, fraction, cpus, env)
+            name_args = (role, rank, ranks, *args) if distributed else tuple(args)
+            self.workers.append(remote_cls.options(**options).remote(*name_args))  # type: ignore[attr-defined]
+        if distributed:
+            address, port = ray.get(self.workers[0].master_address.remote())
+            ray.get([w.init_distributed.remote(address, port) for w in self.workers])
+
+    @property
+    def size(self) -> int:
+        return len(self.workers)
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Pending:
+        """The same call on every rank; result: the list of the ranks' results."""
+        return Pending([getattr(w, method).remote(*args, **kwargs) for w in self.workers])
+
+    def call_rank0(self, method: str, *args: Any, **kwargs: Any) -> Pending:
+        return Pending([getattr(self.workers[0], method).remote(*args, **kwargs)], lambda r: r[0])
+
+    def call_each(self, method: str, per_rank: Sequence[tuple[Any, ...]]) -> Pending:
+        return Pending(
+            [getattr(w, method).remote(*a) for w, a in zip(self.workers, per_rank, strict=True)]
+        )
+
+    def map_batch(self, method: str, batch: dict[str, Tensor], *extra: Any) -> Pending:
+        """Split `batch` rows evenly over the ranks, call, and concatenate the `[b, ...]`
+        results in row order (data-parallel inference)."""
+        shards = split_rows(batch, self.size)
+        refs = [
+            getattr(w, method).remote(s, *extra) for w, s in zip(self.workers, shards, strict=True)
+        ]
+        return Pending(refs, lambda parts: torch.cat(parts))
+
+    def kill(self) -> None:
+        for worker in self.workers:
+            ray.kill(worker, no_restart=True)
+        self.workers = []
+
+
+def split_rows(batch: dict[str, Tensor], parts: int) -> list[dict[str, Tensor]]:
+    """`parts` contiguous shards of equal size (the last ones smaller if rows don't divide)."""
+    rows = next(iter(batch.values())).shape[0]
+    bounds = [rows * i // parts for i in range(parts + 1)]
+    return [{k: v[bounds[i] : bounds[i + 1]] for k, v in batch.items()} for i in range(parts)]

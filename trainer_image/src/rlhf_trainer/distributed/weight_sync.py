@@ -1,0 +1,70 @@
+"""Actor -> vLLM weight sync after every update.
+
+- `object-store` (colocated engines, the hybrid engine): actor rank 0 serialises its weights
+  as safetensors bytes into Ray's shared-memory object store; each engine maps them and reloads
+  in place. This is the CPU analogue of OpenRLHF's CUDA-IPC handles: no network hop.
+- `broadcast` (engines on their own devices): actor rank 0 and the engines form one process
+  group (gloo on CPU, NCCL on GPU) and the weights are broadcast in flat buckets, loaded by
+  the engines bucket by bucket.
+
+With ZeRO-3 every actor rank takes part (parameters are gathered one by one); only rank 0
+sends.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import ray
+
+from .groups import RoleGroup
+
+OBJECT_STORE, BROADCAST = "object-store", "broadcast"
+
+
+class WeightSync:
+    def __init__(
+        self, actor: RoleGroup, engines: RoleGroup, *, mode: str, backend: str, dtype: str
+    ) -> None:
+        if mode not in (OBJECT_STORE, BROADCAST):
+            raise ValueError(
+                f"weight-sync mode must be {OBJECT_STORE} or {BROADCAST}; got {mode!r}"
+            )
+        self.actor, self.engines, self.mode, self.backend, self.dtype = (
+            actor,
+            engines,
+            mode,
+            backend,
+            dtype,
+        )
+        self.plan: Any = None
+
+    def setup(self) -> None:
+        if self.mode != BROADCAST:
+            return
+        address, port = ray.get(self.actor.workers[0].master_address.remote())
+        world = 1 + self.engines.size
+        refs = [
+            w.init_weight_group.remote(self.backend, address, port, world)
+            for w in self.actor.workers
+        ]
+        refs += [
+            e.init_weight_group.remote(self.backend, address, port, 1 + i, world)
+            for i, e in enumerate(self.engines.workers)
+        ]
+        ray.get(refs)
+        self.plan = self.actor.call("broadcast_plan", self.dtype).result()[0]
+
+    def sync(self) -> float:
+        """Push the actor's current weights into every engine; returns the seconds it took."""
+        start = time.perf_counter()
+        if self.mode == OBJECT_STORE:
+            blobs = [w.safetensors_blob.remote(self.dtype) for w in self.actor.workers]
+            refs = [e.load_safetensors.remote(blobs[0]) for e in self.engines.workers]
+            ray.get(blobs[1:] + refs)
+        else:
+            sends = [w.broadcast_weights.remote(self.dtype) for w in self.actor.workers]
+            receives = [e.receive_weights.remote(self.plan) for e in self.engines.workers]
+            ray.get(sends + receives)
+        return time.perf_counter() - start

@@ -1,0 +1,181 @@
+"""The actor (policy) rank: DeepSpeed-trained causal LM; log-probs, PPO update, weights out.
+
+It also generates with HF `generate` when `rollout.engine: hf` is chosen (the fallback), and
+is the sending end of the weight sync to the vLLM engines.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from rlhf_trainer.loop.objectives import PolicyLossSettings, policy_objective
+
+from ..forward import action_log_probs, chunked
+from ..strategy import OptimSpec, init_train_engine
+from ..vllm_engine import Generated, SamplingSettings
+from ..weights import (
+    TensorMeta,
+    broadcast,
+    buckets,
+    flatten,
+    iter_weights,
+    new_group,
+    state_dict_for_export,
+    unwrap,
+)
+from .base import RankBase, WorkerSettings, count_params
+from .trained import TrainedRank
+
+
+class ActorWorker(TrainedRank):
+    def __init__(self, role: str, rank: int, world_size: int, settings: WorkerSettings) -> None:
+        RankBase.__init__(self, role, rank, world_size, settings)
+        self.loss_settings = PolicyLossSettings.from_job(settings.job)
+        self.temperature = settings.job.rollout.temperature
+        self.sync_group: Any = None
+
+    def build(self) -> int:
+        """Load the model (with LoRA and gradient checkpointing if asked) into DeepSpeed."""
+        from rlhf_trainer.models.loading import load_causal_lm
+
+        t = self.settings.job.training
+        model = load_causal_lm(self.settings.model_dir, dtype=torch.float32)
+        if t.gradient_checkpointing:
+            model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False}
+            )
+            model.config.use_cache = False
+        if t.lora is not None:
+            from peft import LoraConfig, TaskType, get_peft_model
+
+            model.enable_input_require_grads()
+            model = get_peft_model(
+                model,
+                LoraConfig(
+                    task_type=TaskType.CAUSAL_LM,
+                    r=t.lora.rank,
+                    lora_alpha=t.lora.alpha,
+                    lora_dropout=t.lora.dropout,
+                    target_modules=list(t.lora.target_modules),
+                ),
+            )
+        optim = OptimSpec(t.actor_learning_rate, self.settings.total_optimizer_steps)
+        self.engine = init_train_engine(
+            model, t, optim, self.world_size, on_gpu=self.settings.on_gpu
+        )
+        return count_params(model)
+
+    # --- experience -----------------------------------------------------------------------
+    def log_probs(self, batch: dict[str, Tensor]) -> Tensor:
+        """Log-probs of the response tokens under the current policy (the "old" policy)."""
+        self.engine.eval()
+        size = self.settings.job.training.micro_rollout_batch_size
+        return chunked(
+            lambda micro: action_log_probs(self.engine, self.to_device(micro), self.temperature)[0],
+            batch,
+            size,
+        ).cpu()
+
+    # --- update ---------------------------------------------------------------------------
+    def train(self, shard: dict[str, Tensor], step: int, kl_coef: float) -> dict[str, float]:
+        settings = self.loss_settings
+
+        def micro_loss(micro: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
+            logp, entropy = action_log_probs(
+                self.engine,
+                micro,
+                self.temperature,
+                with_entropy=True,
+                entropy_grad=settings.entropy_coef > 0,
+            )
+            return policy_objective(
+                logp,
+                micro["old_logp"],
+                micro["advantages"],
+                micro["action_mask"],
+                settings,
+                kl_coef=kl_coef,
+                ref_logp=micro.get("ref_logp"),
+                entropy=entropy,
+            )
+
+        return self._epochs(shard, step, "actor", micro_loss)
+
+    # --- rollout fallback: HF generate ----------------------------------------------------
+    @torch.no_grad()
+    def generate(
+        self, prompts: list[list[int]], seeds: list[int], sampling: SamplingSettings, pad_id: int
+    ) -> list[list[Generated]]:
+        """`sampling.n` responses per prompt with HF `generate` (the `rollout.engine: hf` path)."""
+        from .hf_generate import generate_responses
+
+        self.engine.eval()
+        tokenizer = None
+        if sampling.stop:  # HF matches stop strings on text
+            from rlhf_trainer.models.loading import load_tokenizer
+
+            tokenizer = load_tokenizer(self.settings.model_dir)
+        return generate_responses(
+            unwrap(self.engine),
+            prompts,
+            seeds,
+            sampling,
+            pad_id,
+            self.device,
+            synced=self._zero3(),
+            tokenizer=tokenizer,
+        )
+
+    def _zero3(self) -> bool:
+        return self.settings.job.training.zero_stage == 3 and self.world_size > 1
+
+    # --- weights out ----------------------------------------------------------------------
+    def safetensors_blob(self, dtype: str) -> bytes | None:
+        """All weights as safetensors bytes on rank 0 (None elsewhere): the colocated path."""
+        from safetensors.torch import save
+
+        weights = state_dict_for_export(self.engine, rank=self.rank, dtype=getattr(torch, dtype))
+        return save(weights) if self.rank == 0 else None
+
+    def broadcast_plan(self, dtype: str) -> list[list[TensorMeta]] | None:
+        """The bucket layout the engines must expect (rank 0); computed without sending."""
+        plan = [
+            flatten(bucket)[1]
+            for bucket in buckets(
+                iter_weights(self.engine, rank=self.rank, dtype=getattr(torch, dtype))
+            )
+        ]
+        return plan if self.rank == 0 else None
+
+    def init_weight_group(self, backend: str, address: str, port: int, world_size: int) -> bool:
+        if self.rank == 0:
+            self.sync_group = new_group(backend, address, port, 0, world_size)
+        return True
+
+    def broadcast_weights(self, dtype: str) -> int:
+        """Send every bucket to the engines (rank 0); other ranks join the ZeRO-3 gathers."""
+        count = 0
+        for bucket in buckets(
+            iter_weights(self.engine, rank=self.rank, dtype=getattr(torch, dtype))
+        ):
+            flat, metas = flatten(bucket)
+            if self.rank == 0:
+                broadcast(self.sync_group, flat.to(self.device))
+            count += len(metas)
+        return count
+
+    # --- export ---------------------------------------------------------------------------
+    def export_hf(self, directory: str, tokenizer_dir: str) -> None:
+        """The actor in HF format (LoRA merged), loadable with `from_pretrained`."""
+        weights = state_dict_for_export(self.engine, rank=self.rank, dtype=self.dtype)
+        if self.rank != 0:
+            return
+        model = unwrap(self.engine)
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        base.save_pretrained(directory, state_dict=weights)
+        from rlhf_trainer.models.loading import load_tokenizer
+
+        load_tokenizer(tokenizer_dir).save_pretrained(directory)

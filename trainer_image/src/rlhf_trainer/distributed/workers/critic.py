@@ -1,0 +1,75 @@
+"""The critic rank: a value model (backbone + scalar head) trained with DeepSpeed.
+
+Initialised from the critic source (default: the first reward model, as in the PPO papers;
+else the actor, with a fresh head). It gives the values of the experience and regresses them
+towards the returns, with PPO's value clipping.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from rlhf_trainer.loop.objectives import critic_objective
+
+from ..forward import action_values, chunked
+from ..strategy import OptimSpec, init_train_engine
+from ..weights import unwrap
+from .base import RankBase, WorkerSettings, count_params
+from .trained import TrainedRank
+
+
+class CriticWorker(TrainedRank):
+    def __init__(self, role: str, rank: int, world_size: int, settings: WorkerSettings) -> None:
+        RankBase.__init__(self, role, rank, world_size, settings)
+
+    def build(self) -> int:
+        from rlhf_trainer.models.loading import load_value_model
+
+        t = self.settings.job.training
+        model = load_value_model(self.settings.model_dir, dtype=torch.float32, head_seed=t.seed)
+        if t.gradient_checkpointing:
+            model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False}
+            )
+        optim = OptimSpec(t.critic_learning_rate, self.settings.total_optimizer_steps)
+        self.engine = init_train_engine(
+            model, t, optim, self.world_size, on_gpu=self.settings.on_gpu
+        )
+        return count_params(model)
+
+    def values(self, batch: dict[str, Tensor]) -> Tensor:
+        self.engine.eval()
+        size = self.settings.job.training.micro_rollout_batch_size
+        return chunked(
+            lambda micro: action_values(self.engine, self.to_device(micro)), batch, size
+        ).cpu()
+
+    def train(self, shard: dict[str, Tensor], step: int) -> dict[str, float]:
+        clip = self.settings.job.algorithm.value_clip
+
+        def micro_loss(micro: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
+            values = action_values(self.engine, micro)
+            return critic_objective(
+                values, micro["old_values"], micro["returns"], micro["action_mask"], clip=clip
+            )
+
+        stats = self._epochs(shard, step, "critic", micro_loss)
+        return {f"critic_{k}" if not k.startswith("value") else k: v for k, v in stats.items()}
+
+    def export_hf(self, directory: str, tokenizer_dir: str) -> None:
+        """The critic as an HF sequence-classification model (ZeRO-3 gathered on rank 0)."""
+        from ..weights import state_dict_for_export
+
+        weights = state_dict_for_export(self.engine, rank=self.rank, dtype=self.dtype)
+        if self.rank != 0:
+            return
+        model = unwrap(self.engine)
+        hf = model.hf  # type: ignore[union-attr]
+        prefix = "hf."
+        hf.save_pretrained(
+            directory, state_dict={k.removeprefix(prefix): v for k, v in weights.items()}
+        )
+        from rlhf_trainer.models.loading import load_tokenizer
+
+        load_tokenizer(tokenizer_dir).save_pretrained(directory)

@@ -1,0 +1,122 @@
+"""Shared by the trained roles (actor, critic): DeepSpeed engine, PPO epochs, checkpoints.
+
+A `train` call gets this rank's shard of the step's experience and runs `ppoEpochs` passes
+over it in shuffled micro-batches; DeepSpeed accumulates gradients until `trainBatchSize`
+samples (over all ranks) have been seen, then clips and steps. A non-finite loss on any rank
+stops every rank before its backward pass (one small all-reduce), so no rank is left waiting
+in a collective and no update is made from it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..forward import trim_padding
+from .base import RankBase
+
+CHECKPOINT_TAG = "engine"
+
+
+class NonFiniteLossError(FloatingPointError):
+    pass
+
+
+class TrainedRank(RankBase):
+    engine: Any
+
+    def _shuffle_generator(self, step: int) -> torch.Generator:
+        # The order depends only on (seed, step, rank): identical after a resume.
+        seed = self.settings.job.training.seed
+        return torch.Generator().manual_seed(seed * 1_000_003 + step * 1_009 + self.rank)
+
+    def _check_finite(self, loss: Tensor, what: str, step: int) -> None:
+        bad = torch.tensor([0.0 if bool(torch.isfinite(loss)) else 1.0])
+        if self.world_size > 1:
+            import torch.distributed as dist
+
+            dist.all_reduce(bad, op=dist.ReduceOp.MAX)
+        if bad.item() > 0:
+            self.engine.zero_grad()
+            raise NonFiniteLossError(
+                f"{what} loss is not finite (NaN or inf) at step {step}: training diverged or "
+                "the experience holds non-finite values; lower the learning rate, check the "
+                "rewards, or enable gradient clipping (training.maxGradNorm)"
+            )
+
+    def _epochs(
+        self,
+        shard: dict[str, Tensor],
+        step: int,
+        what: str,
+        micro_loss: Callable[[dict[str, Tensor]], tuple[Tensor, dict[str, Tensor]]],
+    ) -> dict[str, float]:
+        t = self.settings.job.training
+        rows = shard["action_mask"].shape[0]
+        generator = self._shuffle_generator(step)
+        sums: dict[str, float] = defaultdict(float)
+        micro_steps = 0
+        steps_before = self.engine.global_steps
+        self.engine.train()
+        for _ in range(t.ppo_epochs):
+            order = torch.randperm(rows, generator=generator)
+            for start in range(0, rows, t.micro_train_batch_size):
+                index = order[start : start + t.micro_train_batch_size]
+                micro = self.to_device(trim_padding({k: v[index] for k, v in shard.items()}))
+                loss, stats = micro_loss(micro)
+                self._check_finite(loss, what, step)
+                self.engine.backward(loss)
+                self.engine.step()
+                for key, value in stats.items():
+                    sums[key] += float(value)
+                micro_steps += 1
+        out = {key: value / max(1, micro_steps) for key, value in sums.items()}
+        grad_norm = self.engine.get_global_grad_norm()
+        if grad_norm is not None:
+            out["grad_norm"] = float(grad_norm)
+        out["lr"] = float(self.engine.get_lr()[0])
+        out["optimizer_steps"] = float(self.engine.global_steps - steps_before)
+        return out
+
+    # --- checkpoints ----------------------------------------------------------------------
+    def save_checkpoint(self, directory: str) -> None:
+        """Model, optimizer and scheduler states (every rank writes its ZeRO shard)."""
+        path = Path(directory) / self.role
+        self.engine.save_checkpoint(str(path), tag=CHECKPOINT_TAG)
+        self.save_rng(str(path))
+
+    def load_checkpoint(self, directory: str) -> None:
+        path = Path(directory) / self.role
+        load_path, _ = self.engine.load_checkpoint(
+            str(path),
+            tag=CHECKPOINT_TAG,
+            load_optimizer_states=True,
+            load_lr_scheduler_states=True,
+        )
+        if load_path is None:
+            raise FileNotFoundError(f"no DeepSpeed checkpoint of the {self.role} under {path}")
+        self.load_rng(str(path))
+
+    def params_finite(self) -> bool:
+        """Whether this rank's (shard of the) weights is free of NaN/inf."""
+        return all(
+            bool(torch.isfinite(p.data).all()) for p in self.engine.module.parameters() if p.numel()
+        )
+
+    def optimizer_steps(self) -> int:
+        return int(self.engine.global_steps)
+
+
+def mean_over_ranks(stats: list[dict[str, float]]) -> dict[str, float]:
+    keys = {k for s in stats for k in s}
+    out = {}
+    for key in sorted(keys):
+        values = [s[key] for s in stats if key in s and not math.isnan(s[key])]
+        out[key] = sum(values) / len(values) if values else float("nan")
+    return out

@@ -1,0 +1,12 @@
+"""The driver loop: generate -> score -> experience -> update -> sync -> checkpoint -> report.
+
+Import the submodules directly; this file imports nothing (no torch, no Ray):
+
+- `run`: `rlhf run` (load the job, resolve models and paths, start the cluster, run, exit code).
+- `driver`: the loop as named stages, each about a screen long.
+- `rollout`: generation requests, the token-in/token-out agent executor.
+- `batch`: samples -> padded tensors in the layout every role shares (pure).
+- `estimators`: scores -> token rewards, KL, advantages and returns per algorithm (pure).
+- `objectives`: the actor and critic losses the ranks minimise (pure, built on `algos`).
+- `state`: what a checkpoint keeps of the driver (data position, KL controller, normaliser).
+"""
