@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import ray
-import torch
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from torch import Tensor
 
@@ -327,16 +326,13 @@ class TrainingCluster:
     # --- teardown -------------------------------------------------------------------------
     def shutdown(self) -> None:
         groups = self._model_groups() + ([self.engines] if self.engines else [])
+        # Best effort: a process may be gone already.
         for g in groups:
-            try:
+            with contextlib.suppress(Exception):
                 g.kill()
-            except Exception:
-                pass
         for pg in self.pgs.values():
-            try:
+            with contextlib.suppress(Exception):
                 remove_placement_group(pg)
-            except Exception:
-                pass
 
 
 def shutdown_ray() -> None:
