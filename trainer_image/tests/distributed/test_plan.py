@@ -1,0 +1,121 @@
+"""Placement plans for OpenRLHF's colocation options (pure: no Ray)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from rlhf_trainer.config import JobConfig
+from rlhf_trainer.distributed.plan import plan_placement
+
+
+def job(algorithm: str = "ppo", placement: dict[str, Any] | None = None, **extra: Any) -> JobConfig:
+    doc: dict[str, Any] = {
+        "algorithm": {"name": algorithm},
+        "models": {"actor": {"randomInit": {}}, "rewardFunction": {"builtin": "f"}},
+        "data": {"train": [{"builtin": "d"}]},
+        "rollout": {"samplesPerPrompt": 4},
+        "training": {"rolloutBatchSize": 8, "trainBatchSize": 8, "microTrainBatchSize": 2},
+        "placement": {"device": "cpu", "rayResource": "GPU-like", **(placement or {})},
+    }
+    for key, value in extra.items():
+        doc[key] = {**doc.get(key, {}), **value}
+    return JobConfig.model_validate(doc)
+
+
+def layout(cfg: JobConfig) -> dict[str, tuple[int, tuple[tuple[str, int, float], ...]]]:
+    plan = plan_placement(cfg)
+    return {
+        g.name: (g.devices, tuple((s.role, s.ranks, s.fraction) for s in g.shares))
+        for g in plan.groups
+    }
+
+
+CASES = [
+    pytest.param(
+        job(),
+        {
+            "actor": (1, (("actor", 1, 1.0),)),
+            "reference": (1, (("reference", 1, 1.0),)),
+            "critic": (1, (("critic", 1, 1.0),)),
+            "rollout": (1, (("rollout", 1, 1.0),)),
+        },
+        id="ppo-separate",
+    ),
+    pytest.param(
+        job("grpo", {"colocateActorReference": True, "actorGpus": 2, "referenceGpus": 2}),
+        {
+            "actor+reference": (2, (("actor", 2, 0.5), ("reference", 2, 0.5))),
+            "rollout": (1, (("rollout", 1, 1.0),)),
+        },
+        id="grpo-actor-reference-colocated-no-critic",
+    ),
+    pytest.param(
+        job(
+            "ppo",
+            {"colocateCriticReward": True},
+            models={"rewardModels": [{"randomInit": {}}, {"randomInit": {}}]},
+        ),
+        {
+            "actor": (1, (("actor", 1, 1.0),)),
+            "reference": (1, (("reference", 1, 1.0),)),
+            "critic+reward": (
+                1,
+                (("critic", 1, 0.3333), ("reward0", 1, 0.3333), ("reward1", 1, 0.3333)),
+            ),
+            "rollout": (1, (("rollout", 1, 1.0),)),
+        },
+        id="ppo-critic-and-two-reward-models-colocated",
+    ),
+    pytest.param(
+        job(
+            "ppo",
+            {"colocateAll": True, "actorGpus": 2, "referenceGpus": 2, "criticGpus": 2},
+            rollout={"numEngines": 2},
+        ),
+        {
+            "all": (
+                2,
+                (
+                    ("actor", 2, 0.25),
+                    ("reference", 2, 0.25),
+                    ("critic", 2, 0.25),
+                    ("rollout", 2, 0.25),
+                ),
+            )
+        },
+        id="hybrid-engine",
+    ),
+    pytest.param(
+        job("rloo", rollout={"engine": "hf"}),
+        {"actor": (1, (("actor", 1, 1.0),)), "reference": (1, (("reference", 1, 1.0),))},
+        id="hf-engine-places-no-rollout",
+    ),
+]
+
+
+@pytest.mark.parametrize(("cfg", "expected"), CASES)
+def test_plan_layouts(cfg: JobConfig, expected: dict[str, object]) -> None:
+    assert layout(cfg) == expected
+
+
+def test_fractions_on_a_bundle_never_exceed_one() -> None:
+    cfg = job(
+        "ppo",
+        {"colocateAll": True},
+        models={"rewardModels": [{"randomInit": {}}] * 3},
+    )
+    (group,) = plan_placement(cfg).groups
+    assert sum(s.fraction for s in group.shares) <= 1.0
+
+
+def test_total_devices_and_resource_name() -> None:
+    plan = plan_placement(job("ppo", {"actorGpus": 2, "referenceGpus": 1}))
+    assert plan.resource == "GPU-like"
+    assert plan.total_devices == 2 + 1 + 1 + 1
+
+
+def test_tensor_parallel_engines_are_refused_clearly() -> None:
+    with pytest.raises(ValueError, match="tensorParallelSize > 1 is not implemented"):
+        plan_placement(job(rollout={"tensorParallelSize": 2}))
