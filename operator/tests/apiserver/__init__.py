@@ -1,0 +1,1 @@
+"""Test tier against the real k8s.io/apiextensions-apiserver (see conftest.py)."""
