@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 
@@ -18,6 +19,41 @@ def _crd(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run(args: argparse.Namespace) -> int:
+    # kopf and the API client are imported only here: `render` and `crd` stay light.
+    from .runner import main as run_main
+    from .settings import OperatorSettings, SettingsError
+
+    try:
+        settings = OperatorSettings.from_env()
+    except SettingsError as err:
+        print(f"rlhf-operator run: {err}", file=sys.stderr)
+        return 2
+    return run_main(settings)
+
+
+def _render(args: argparse.Namespace) -> int:
+    from .render import render_file, to_yaml
+    from .settings import OperatorSettings, SettingsError
+
+    try:
+        settings = OperatorSettings.from_env()
+    except SettingsError as err:
+        print(f"rlhf-operator render: {err}", file=sys.stderr)
+        return 2
+    if args.image:
+        settings = replace(settings, default_trainer_image=args.image)
+    code, objects = 0, []
+    for rendered in render_file(args.file, settings, namespace=args.namespace):
+        for problem in rendered.problems:
+            print(f"{rendered.source} ({rendered.name}): {problem}", file=sys.stderr)
+            code = 1
+        objects += rendered.objects
+    if objects:
+        sys.stdout.write(to_yaml(objects))
+    return code
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rlhf-operator", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -25,6 +61,19 @@ def build_parser() -> argparse.ArgumentParser:
     crd.add_argument("--out-dir", default="crds", help="directory to write into (default crds/)")
     crd.add_argument("--stdout", action="store_true", help="print instead of writing a file")
     crd.set_defaults(func=_crd)
+    run = sub.add_parser(
+        "run", help="run the operator (settings from RLHF_OPERATOR_* environment variables)"
+    )
+    run.set_defaults(func=_run)
+    render = sub.add_parser(
+        "render", help="print every child object of the RLHFJobs in FILE as YAML (dry run)"
+    )
+    render.add_argument("file", help="RLHFJob manifest(s), YAML or JSON")
+    render.add_argument("--namespace", help="override the manifests' metadata.namespace")
+    render.add_argument(
+        "--image", help="trainer image for jobs without spec.image (default: the operator's)"
+    )
+    render.set_defaults(func=_render)
     return parser
 
 

@@ -37,8 +37,9 @@ class OperatorSettings:
     namespaces: tuple[str, ...] = ()
     # Trainer image used when an RLHFJob has no spec.image.
     default_trainer_image: str | None = None
+    # Prometheus /metrics; 0 disables it.
     metrics_port: int = 8080
-    # kopf's liveness endpoint is served at http://0.0.0.0:<health_port>/healthz.
+    # kopf's liveness endpoint is served at http://0.0.0.0:<health_port>/healthz; 0 disables.
     health_port: int = 8081
     # kopf peering object name: with two replicas, one pauses while the other works.
     # Empty: standalone (one replica).
@@ -116,8 +117,10 @@ def _int(get: _Getter, name: str, default: int | None) -> int | None:
 
 def _port(get: _Getter, name: str, default: int) -> int:
     value = _int(get, name, default)
-    if value is None or not 1 <= value <= 65535:
-        raise SettingsError(f"{ENV_PREFIX}{name}: must be a TCP port 1..65535 (got {value})")
+    if value is None or not 0 <= value <= 65535:
+        raise SettingsError(
+            f"{ENV_PREFIX}{name}: must be a TCP port 1..65535, or 0 to disable (got {value})"
+        )
     return value
 
 

@@ -1,0 +1,101 @@
+"""kopf handlers: thin adapters from kopf's triggers to `Controller.reconcile`.
+
+Level-based: whatever happened (an RLHFJob created, edited, resumed after an operator restart,
+any change to it including the trainer's status reports, or any change to one of its RayJobs),
+the same pass runs for that job. Two kopf indexes are the watch caches: RLHFJobs by
+(namespace, name) and RayJobs by (namespace, rlhf.dev/job); kopf fills both before any handler
+runs, so a restarted operator sees every child it made before it decides anything.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import kopf
+
+from . import kube
+from .api.v1alpha1 import GROUP, PLURAL, VERSION
+from .builders.common import JOB_LABEL
+from .controller import Controller
+from .settings import OperatorSettings, configure_kopf
+
+logger = logging.getLogger(__name__)
+
+JOBS_INDEX = "rlhfjob_index"
+RAY_JOBS_INDEX = "rayjob_index"
+
+
+def register(
+    registry: kopf.OperatorRegistry, controller: Controller, settings: OperatorSettings
+) -> None:
+    retry = settings.api_retry_seconds
+
+    @kopf.on.startup(registry=registry)
+    def startup(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
+        configure_kopf(settings, controller.settings)
+        controller.bind(kwargs[JOBS_INDEX], kwargs[RAY_JOBS_INDEX])
+
+    @kopf.on.cleanup(registry=registry)
+    async def cleanup(**_: Any) -> None:
+        await controller.close()
+
+    @kopf.on.login(registry=registry)
+    def login(settings: kopf.OperatorSettings, **_: Any) -> kopf.ConnectionInfo:
+        return kube.login(settings)
+
+    @kopf.index(GROUP, VERSION, PLURAL, id=JOBS_INDEX, registry=registry)
+    def index_job(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
+        return {(namespace, name): dict(body)}
+
+    @kopf.index(
+        "ray.io",
+        "v1",
+        "rayjobs",
+        id=RAY_JOBS_INDEX,
+        labels={JOB_LABEL: kopf.PRESENT},
+        registry=registry,
+    )
+    def index_ray_job(
+        namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
+    ) -> dict[Any, Any]:
+        return {(namespace, labels[JOB_LABEL]): dict(body)}
+
+    @kopf.on.resume(GROUP, VERSION, PLURAL, backoff=retry, registry=registry)
+    async def resumed(body: kopf.Body, **_: Any) -> None:
+        await controller.reconcile(body, trigger="resume", for_kopf=True)
+
+    @kopf.on.create(GROUP, VERSION, PLURAL, backoff=retry, registry=registry)
+    async def created(body: kopf.Body, **_: Any) -> None:
+        await controller.reconcile(body, trigger="create", for_kopf=True)
+
+    @kopf.on.update(GROUP, VERSION, PLURAL, field="spec", backoff=retry, registry=registry)
+    async def updated(body: kopf.Body, **_: Any) -> None:
+        await controller.reconcile(body, trigger="update", for_kopf=True)
+
+    @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
+    async def job_event(
+        type: str, body: kopf.Body, namespace: str | None, name: str, **_: Any
+    ) -> None:
+        if type == "DELETED":
+            controller.forget((namespace or "", name))
+            return
+        await _quietly(controller, body, "job-event")
+
+    @kopf.on.event("ray.io", "v1", "rayjobs", labels={JOB_LABEL: kopf.PRESENT}, registry=registry)
+    async def ray_job_event(namespace: str | None, labels: kopf.Labels, **_: Any) -> None:
+        owner = controller.job_body((namespace or "", labels[JOB_LABEL]))
+        if owner is not None:
+            await _quietly(controller, owner, "rayjob-event")
+
+
+async def _quietly(controller: Controller, body: Any, trigger: str) -> None:
+    """Event handlers have no retries in kopf: a failure is logged and a timer looks again."""
+    try:
+        await controller.reconcile(body, trigger=trigger)
+    except Exception:
+        meta = body.get("metadata") or {}
+        key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
+        logger.exception("reconcile %s/%s (%s) failed", *key, trigger)
+        controller.metrics.reconcile_errors.labels(trigger, "exception").inc()
+        controller.schedule(key, controller.settings.api_retry_seconds)

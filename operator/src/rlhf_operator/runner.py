@@ -1,0 +1,69 @@
+"""Start the operator: the kube client, the controller, metrics, kopf with our settings."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+
+import kopf
+
+from . import kube
+from .controller import Controller
+from .handlers import register
+from .metrics import Metrics
+from .settings import OperatorSettings
+
+
+def build(settings: OperatorSettings) -> tuple[kopf.OperatorRegistry, Controller]:
+    """A fresh registry wired to a fresh controller (several can live in one process)."""
+    controller_ref: list[Controller] = []
+    metrics = Metrics(jobs=lambda: controller_ref[0].job_bodies() if controller_ref else [])
+    api = kube.KubeApi(kube.login, on_request=metrics.on_request)
+    controller = Controller(settings, api, metrics)
+    controller_ref.append(controller)
+    registry = kopf.OperatorRegistry()
+    register(registry, controller, settings)
+    return registry, controller
+
+
+def _operator_kwargs(settings: OperatorSettings) -> dict[str, object]:
+    return {
+        "clusterwide": settings.clusterwide,
+        "namespaces": list(settings.namespaces),
+        "standalone": settings.peering is None,
+        "peering_name": settings.peering,
+        "liveness_endpoint": settings.liveness_endpoint if settings.health_port else None,
+    }
+
+
+async def run_operator(
+    settings: OperatorSettings,
+    *,
+    stop_flag: asyncio.Event | None = None,
+    ready_flag: asyncio.Event | None = None,
+) -> None:
+    """Run in the current event loop until `stop_flag` is set (tests, benchmarks)."""
+    registry, controller = build(settings)
+    controller.metrics.serve(settings.metrics_port)
+    await kopf.operator(
+        registry=registry,
+        stop_flag=stop_flag,
+        ready_flag=ready_flag,
+        **_operator_kwargs(settings),  # type: ignore[arg-type]
+    )
+
+
+def configure_logging(level: str) -> None:
+    kopf.configure(debug=level == "DEBUG", quiet=level in {"WARNING", "ERROR"})
+    logging.getLogger().setLevel(level)
+
+
+def main(settings: OperatorSettings) -> int:
+    """`rlhf-operator run`: blocks until SIGTERM/SIGINT (kopf handles the signals)."""
+    configure_logging(settings.log_level)
+    registry, controller = build(settings)
+    controller.metrics.serve(settings.metrics_port)
+    assert threading.current_thread() is threading.main_thread()
+    kopf.run(registry=registry, **_operator_kwargs(settings))  # type: ignore[arg-type]
+    return 0

@@ -1,0 +1,120 @@
+"""Create -> children; KubeRay's states -> phases, conditions, events; trainer progress."""
+
+from __future__ import annotations
+
+import asyncio
+
+import kubernetes_validate
+from pure.kuberay import rayjob_errors
+
+from .harness import Cluster, manifest, ppo_manifest
+
+
+async def test_create_makes_valid_owned_children(operator: Cluster) -> None:
+    c = operator
+    job = c.create(manifest("dpo-cpu", namespace="default"))
+    uid = job["metadata"]["uid"]
+    await c.until(lambda: c.ray_jobs("dpo-tiny"), "RayJob created")
+    children = c.children("dpo-tiny")
+    assert children == {
+        "ServiceAccount": ["dpo-tiny-trainer"],
+        "ConfigMap": ["dpo-tiny-config"],
+        "PersistentVolumeClaim": ["dpo-tiny-checkpoints"],
+        "Role": ["dpo-tiny-trainer"],
+        "RoleBinding": ["dpo-tiny-trainer"],
+        "RayJob": ["dpo-tiny-r0"],
+    }
+    [ray_job] = c.ray_jobs("dpo-tiny")
+    assert ray_job["metadata"]["ownerReferences"][0]["uid"] == uid
+    stored = {k: v for k, v in ray_job.items() if k != "status"}
+    assert rayjob_errors(stored) == []
+    for resource, name in (
+        ("configmaps", "dpo-tiny-config"),
+        ("serviceaccounts", "dpo-tiny-trainer"),
+        ("roles.rbac.authorization.k8s.io", "dpo-tiny-trainer"),
+        ("rolebindings.rbac.authorization.k8s.io", "dpo-tiny-trainer"),
+        ("persistentvolumeclaims", "dpo-tiny-checkpoints"),
+    ):
+        obj = c.k8s.get(resource, name, "default")
+        assert obj["metadata"]["ownerReferences"][0]["uid"] == uid, resource
+        kubernetes_validate.validate(obj, "1.33.0", strict=False)
+    status = await c.phase("dpo-tiny", "Pending")
+    assert status["allocation"]["gpusPerRole"] == {"actor": 2, "reference": 2}
+    assert status["allocation"]["device"] == "cpu" and status["totalGpus"] == 0
+    assert status["observedGeneration"] == 1
+    assert c.conditions("dpo-tiny")["Valid"] == ("True", "SpecValid")
+    # kopf's bookkeeping lives in our annotations, never in status.
+    await c.until(
+        lambda: (
+            "rlhf.dev/last-handled-configuration"
+            in ((c.job("dpo-tiny") or {})["metadata"].get("annotations") or {})
+        ),
+        "kopf's diff-base annotation",
+    )
+    assert "finalizers" not in c.job("dpo-tiny")["metadata"]  # type: ignore[index]
+
+
+async def test_kuberay_states_drive_phases_conditions_and_events(operator: Cluster) -> None:
+    c = operator
+    c.create(ppo_manifest("ppo-a", checkpoint={"everySteps": 5}))
+    await c.until(lambda: c.ray_jobs("ppo-a"), "RayJob created")
+    c.kuberay("ppo-a-r0", jobDeploymentStatus="Initializing", rayClusterName="ppo-a-r0-x7k2p")
+    await c.phase("ppo-a", "Provisioning")
+    assert c.conditions("ppo-a")["ClusterReady"] == ("False", "ClusterProvisioning")
+    c.kuberay(
+        "ppo-a-r0",
+        jobDeploymentStatus="Running",
+        jobStatus="RUNNING",
+        dashboardURL="ppo-a-r0-head-svc.default.svc:8265",
+    )
+    status = await c.phase("ppo-a", "Running")
+    assert status["rayJob"]["dashboardUrl"] == "ppo-a-r0-head-svc.default.svc:8265"
+    assert c.conditions("ppo-a")["Running"] == ("True", "Training")
+
+    # The trainer reports progress; the operator reads it and never overwrites it.
+    c.trainer_reports(
+        "ppo-a",
+        {
+            "step": 5,
+            "totalSteps": 20,
+            "progress": "5/20",
+            "reward": 0.25,
+            "checkpoints": [{"step": 5, "path": "/checkpoints/step-5"}],
+        },
+    )
+    await c.until(
+        lambda: c.conditions("ppo-a").get("Checkpointed") == ("True", "CheckpointSaved"),
+        "Checkpointed",
+    )
+    row = await c.printer_row("ppo-a")
+    assert (row["Phase"], row["Algorithm"], row["Progress"], row["Reward"]) == (
+        "Running",
+        "ppo",
+        "5/20",
+        0.25,
+    )
+    assert (row["GPUs"], row["Restarts"]) == (5, 0)  # actor, critic, reference, reward, vLLM
+
+    c.kuberay(
+        "ppo-a-r0",
+        jobDeploymentStatus="Complete",
+        jobStatus="SUCCEEDED",
+        endTime="2026-11-29T12:00:00Z",
+    )
+    status = await c.phase("ppo-a", "Succeeded")
+    assert status["completionTime"] == "2026-11-29T12:00:00Z"
+    assert status["trainer"]["progress"] == "5/20"
+    assert c.conditions("ppo-a")["Complete"] == ("True", "JobSucceeded")
+    await c.until(lambda: "Succeeded" in c.reasons("ppo-a"), "Succeeded event")
+    assert c.reasons("ppo-a") == [
+        "Created",
+        "Admitted",
+        "ClusterReady",
+        "Running",
+        "CheckpointSaved",
+        "Succeeded",
+    ]
+    # Finished and idle: nothing more is sent.
+    mark = c.k8s.requests.mark()
+    await asyncio.sleep(1.0)
+    assert c.k8s.requests.counts(since=mark) == {}
