@@ -66,10 +66,23 @@ def _structural(node: Schema) -> Schema:
     if node.get("default", ...) is None:
         # Optional fields are simply absent; an explicit null default would be stored.
         del node["default"]
-    for bound, inclusive in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
-        if isinstance(node.get(bound), int | float) and not isinstance(node.get(bound), bool):
-            node[inclusive] = node.pop(bound)
+    for bound, inclusive, op in (
+        ("exclusiveMinimum", "minimum", ">"),
+        ("exclusiveMaximum", "maximum", "<"),
+    ):
+        value = node.get(bound)
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            continue
+        node[inclusive] = node.pop(bound)
+        if float(value).is_integer():
             node[bound] = True
+        else:
+            # The API server truncates a fractional exclusive bound when the value is an
+            # integer (0 fails `< 0.5`, and a stored default 0.0 comes back as 0), so say it
+            # in CEL, which compares numbers exactly, and keep the inclusive bound for docs.
+            node.setdefault("x-kubernetes-validations", []).append(
+                {"rule": f"self {op} {value}", "message": f"must be {op} {value}"}
+            )
     if "prefixItems" in node:  # fixed-size tuples, e.g. adamBetas
         items = node.pop("prefixItems")
         node["items"] = _structural(items[0])
@@ -151,7 +164,9 @@ def openapi_schema() -> Schema:
         },
     }
     for path, rules in RULES.items():
-        _node_at(root, path)["x-kubernetes-validations"] = [dict(r) for r in rules]
+        _node_at(root, path).setdefault("x-kubernetes-validations", []).extend(
+            dict(r) for r in rules
+        )
     return root
 
 
