@@ -4,12 +4,13 @@ ClusterRole (cluster-wide mode) or into a Role per watched namespace (namespaced
 modes can never drift apart. manifests/base/rbac.yaml mirrors it (deploy_tests checks that).
 */}}
 {{- define "rlhf-operator.namespacedRules" -}}
-# The RLHFJobs themselves: kopf lists/watches them and patches metadata (finalizers, its
-# annotations). `get`/`patch` on rlhfjobs/status also let the operator grant exactly that to each
-# job's trainer Role: RBAC only lets a subject grant what it holds itself.
+# The RLHFJobs themselves: kopf lists/watches them and patches metadata (its annotations);
+# `delete` is for runPolicy.ttlSecondsAfterFinished. `get`/`patch` on rlhfjobs/status also let
+# the operator grant exactly that to each job's trainer Role: RBAC only lets a subject grant
+# what it holds itself.
 - apiGroups: ["rlhf.dev"]
   resources: ["rlhfjobs"]
-  verbs: ["get", "list", "watch", "patch"]
+  verbs: ["get", "list", "watch", "patch", "delete"]
 - apiGroups: ["rlhf.dev"]
   resources: ["rlhfjobs/status"]
   verbs: ["get", "patch"]
@@ -18,10 +19,12 @@ modes can never drift apart. manifests/base/rbac.yaml mirrors it (deploy_tests c
 - apiGroups: ["rlhf.dev"]
   resources: ["rlhfjobs/finalizers"]
   verbs: ["update"]
-# One RayJob per RLHFJob; KubeRay turns it into a RayCluster, which the operator only reads.
+# One RayJob per RLHFJob attempt; KubeRay turns it into a RayCluster, which the operator only
+# reads. Children are created, replaced (PUT, with resourceVersion) when they drift from the
+# spec, patched when adopted, and deleted.
 - apiGroups: ["ray.io"]
   resources: ["rayjobs"]
-  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
 - apiGroups: ["ray.io"]
   resources: ["rayclusters"]
   verbs: ["get", "list", "watch"]
@@ -29,16 +32,13 @@ modes can never drift apart. manifests/base/rbac.yaml mirrors it (deploy_tests c
 # ServiceAccount.
 - apiGroups: [""]
   resources: ["configmaps", "persistentvolumeclaims", "serviceaccounts"]
-  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
 # The trainer's Role + RoleBinding: it may patch the status of its own RLHFJob and nothing else.
 - apiGroups: ["rbac.authorization.k8s.io"]
   resources: ["roles", "rolebindings"]
-  verbs: ["get", "list", "watch", "create", "patch", "delete"]
-# Events on RLHFJobs (kopf posts core v1 events; events.k8s.io for newer clients).
+  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+# Events on RLHFJobs: kopf posts core v1 events (never events.k8s.io).
 - apiGroups: [""]
-  resources: ["events"]
-  verbs: ["create"]
-- apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create"]
 {{- end }}
