@@ -76,3 +76,13 @@ def test_every_default_value_is_described_in_the_schema() -> None:
     schema = json.loads((CHART / "values.schema.json").read_text())
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     assert sorted(values) == sorted(set(schema["properties"]) - {"global", "kopf-peering"})
+
+
+def test_every_log_level_the_schema_allows_is_one_the_operator_accepts() -> None:
+    settings = pytest.importorskip("rlhf_operator.settings")
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    allowed = schema["properties"]["logLevel"]["enum"]
+    for level in allowed:
+        parsed = settings.OperatorSettings.from_env({"RLHF_OPERATOR_LOG_LEVEL": level})
+        assert parsed.log_level == level
+    assert set(allowed) == set(settings.LOG_LEVELS)
