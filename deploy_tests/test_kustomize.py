@@ -4,6 +4,7 @@ Helm chart's defaults."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -104,3 +105,19 @@ def test_namespaced_overlay_serves_exactly_the_namespaces_it_grants(
     # The patch replaced the value, it did not add a second variable of the same name.
     names = [item["name"] for item in container["env"]]
     assert len(names) == len(set(names))
+
+
+def test_the_overlay_documented_in_install_md_builds(tmp_path: Path, tools: Path) -> None:
+    # docs/install.md shows an overlay that pins both images; build it exactly as written.
+    doc = (REPO / "docs" / "install.md").read_text()
+    block = doc.split("# my-overlay/kustomization.yaml\n", 1)[1].split("```", 1)[0]
+    shutil.copytree(REPO / "manifests", tmp_path / "manifests")
+    overlay = tmp_path / "clusters" / "my-overlay"
+    overlay.mkdir(parents=True)
+    (overlay / "kustomization.yaml").write_text(block)
+    container = _pod(kubectl_kustomize(overlay))["containers"][0]
+    assert container["image"] == "registry.example.com/ml/rlhf-operator:0.1.0"
+    env = {item["name"]: item["value"] for item in container["env"]}
+    assert (
+        env["RLHF_OPERATOR_DEFAULT_TRAINER_IMAGE"] == "registry.example.com/ml/rlhf-trainer:0.1.0"
+    )
