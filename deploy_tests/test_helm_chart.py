@@ -430,3 +430,19 @@ def test_operator_settings_accept_the_rendered_environment(
     assert parsed.peering == (peering["name"] if peering.get("enabled") else None)
     assert parsed.metrics_port == values.get("metrics", {}).get("port", 8080)
     assert parsed.default_trainer_image
+
+
+@pytest.mark.parametrize(
+    ("kube_version", "accepted"),
+    [("1.28.9", False), ("1.29.0", True), ("1.35.0", True)],
+)
+def test_kube_version_floor(
+    helm: Helm, offline_chart: Path, kube_version: str, accepted: bool
+) -> None:
+    # The CRD's CEL transition rules (self == oldSelf) need Kubernetes 1.29.
+    if accepted:
+        assert helm.template(offline_chart, {}, kube_version=kube_version)
+    else:
+        with pytest.raises(CommandFailed) as failure:
+            helm.template(offline_chart, {}, kube_version=kube_version)
+        assert "kubeVersion" in failure.value.stderr or "incompatible" in failure.value.stderr
