@@ -445,4 +445,4 @@ def test_kube_version_floor(
     else:
         with pytest.raises(CommandFailed) as failure:
             helm.template(offline_chart, {}, kube_version=kube_version)
-        assert "kubeVersion" in failure.value.stderr or "incompatible" in failure.value.stderr
+        assert f"incompatible with Kubernetes v{kube_version}" in failure.value.stderr
