@@ -20,22 +20,24 @@ SOURCES = {
     "operator-corpus-base": REPO / "operator" / "tests" / "corpus" / "base.yaml",
 }
 IMAGE = "rlhf-trainer-cpu:e2e"
-_UNITS = {
-    "": 1,
+_UNITS: dict[str, Decimal] = {
+    "": Decimal(1),
     "m": Decimal("0.001"),
-    "k": 10**3,
-    "M": 10**6,
-    "G": 10**9,
-    "Ki": 2**10,
-    "Mi": 2**20,
-    "Gi": 2**30,
-    "Ti": 2**40,
+    "k": Decimal(10**3),
+    "M": Decimal(10**6),
+    "G": Decimal(10**9),
+    "Ki": Decimal(2**10),
+    "Mi": Decimal(2**20),
+    "Gi": Decimal(2**30),
+    "Ti": Decimal(2**40),
 }
 
 
 def _quantity(text: str) -> float:
-    number, unit = re.fullmatch(r"([0-9.]+)([a-zA-Z]*)", text).groups()  # type: ignore[union-attr]
-    return float(Decimal(number) * Decimal(_UNITS[unit]))
+    match = re.fullmatch(r"([0-9.]+)([a-zA-Z]*)", text)
+    if match is None:
+        raise ValueError(f"not a Kubernetes quantity: {text!r}")
+    return float(Decimal(match.group(1)) * _UNITS[match.group(2)])
 
 
 def _adapted(source: Path) -> dict[str, Any]:
