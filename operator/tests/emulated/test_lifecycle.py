@@ -38,7 +38,8 @@ async def test_create_makes_valid_owned_children(operator: Cluster) -> None:
         obj = c.k8s.get(resource, name, "default")
         assert obj["metadata"]["ownerReferences"][0]["uid"] == uid, resource
         kubernetes_validate.validate(obj, "1.33.0", strict=False)
-    status = await c.phase("dpo-tiny", "Pending")
+    # KubeRay has not acted on the RayJob yet: the cluster is being provisioned.
+    status = await c.phase("dpo-tiny", "Provisioning")
     assert status["allocation"]["gpusPerRole"] == {"actor": 2, "reference": 2}
     assert status["allocation"]["device"] == "cpu" and status["totalGpus"] == 0
     assert status["observedGeneration"] == 1

@@ -1,0 +1,209 @@
+"""Bad input loses nothing; deletion cascades; a killed operator converges after a restart."""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+from typing import Any
+
+import pytest
+from emulator import Emulator
+
+from .harness import RAYJOBS, RLHFJOBS, Cluster, ppo_manifest, start_operator_process
+
+
+async def test_invalid_spec_fails_once_with_the_field_and_recovers_when_fixed(
+    operator: Cluster,
+) -> None:
+    c = operator
+    # Passes the CRD (its CEL rules do not cover it), fails the operator's own rules.
+    bad = ppo_manifest(
+        "ppo-bad",
+        placement={"criticGpus": 2, "rewardGpus": 1, "colocateCriticReward": True},
+        training={"trainBatchSize": 32},
+    )
+    c.create(bad)
+    status = await c.phase("ppo-bad", "Failed")
+    assert c.conditions("ppo-bad")["Valid"] == ("False", "SpecInvalid")
+    expected = "spec.placement.colocateCriticReward: needs criticGpus == rewardGpus"
+    assert expected in status["message"]
+    assert c.children("ppo-bad") == {}
+    await c.until(lambda: "SpecInvalid" in c.reasons("ppo-bad"), "SpecInvalid event")
+    # No retry loop: after kopf recorded the permanent failure, nothing more happens.
+    await asyncio.sleep(0.5)
+    mark = c.k8s.requests.mark()
+    await asyncio.sleep(1.5)
+    assert c.k8s.requests.counts(since=mark) == {}
+
+    c.edit_spec("ppo-bad", {"placement": {"rewardGpus": 2}})
+    await c.until(lambda: c.ray_jobs("ppo-bad"), "children after the fix")
+    await c.until(lambda: c.conditions("ppo-bad")["Valid"] == ("True", "SpecValid"), "Valid again")
+    assert c.conditions("ppo-bad")["Failed"] == ("False", "SpecValid")
+    await c.until(lambda: "SpecValid" in c.reasons("ppo-bad"), "SpecValid event")
+
+
+async def test_missing_reward_configmap_waits_then_proceeds(operator: Cluster) -> None:
+    c = operator
+    c.create(
+        ppo_manifest(
+            "grpo-w",
+            algorithm={"name": "grpo"},
+            models={
+                "rewardModels": [],
+                "rewardFunction": {"configMapRef": {"name": "rf", "key": "f.py"}},
+            },
+            rollout={"samplesPerPrompt": 4},
+        )
+    )
+    await c.until(
+        lambda: c.conditions("grpo-w").get("Admitted") == ("False", "DependencyMissing"),
+        "DependencyMissing",
+    )
+    assert "ConfigMap rf" in c.status("grpo-w")["message"]
+    assert "RayJob" not in c.children("grpo-w")
+    reward_code = {"f.py": "def reward_func(queries, prompts, labels): ..."}
+    c.k8s.create("configmaps", {"metadata": {"name": "rf"}, "data": reward_code}, "default")
+    await c.until(lambda: c.ray_jobs("grpo-w"), "RayJob once the ConfigMap exists", timeout=8)
+
+
+async def test_deleting_the_job_removes_children_but_keeps_retained_checkpoints(
+    operator: Cluster,
+) -> None:
+    c = operator
+    c.create(ppo_manifest("ppo-x", checkpoint={"storage": {"size": "10Gi"}}))
+    await c.until(lambda: c.ray_jobs("ppo-x"), "RayJob")
+    assert "PersistentVolumeClaim" in c.children("ppo-x")
+    c.k8s.delete(RLHFJOBS, "ppo-x", "default")
+    await c.until(lambda: c.job("ppo-x") is None, "RLHFJob gone (no finalizer holds it)")
+    await c.until(
+        lambda: c.children("ppo-x") == {"PersistentVolumeClaim": ["ppo-x-checkpoints"]},
+        f"children collected, checkpoints kept (now {c.children('ppo-x')})",
+    )
+    # Re-creating the job reuses the kept checkpoints (adopts the PVC) and resumes.
+    c.create(ppo_manifest("ppo-x", checkpoint={"storage": {"size": "10Gi"}}))
+    await c.until(lambda: c.ray_jobs("ppo-x"), "RayJob of the new job")
+    pvc = c.k8s.get("persistentvolumeclaims", "ppo-x-checkpoints", "default")
+    assert "ownerReferences" not in pvc["metadata"]  # still retained
+
+
+async def test_child_owned_by_someone_else_is_left_alone(operator: Cluster) -> None:
+    c = operator
+    c.k8s.create(
+        "configmaps",
+        {
+            "metadata": {
+                "name": "ppo-o-config",
+                "ownerReferences": [
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Secret",
+                        "name": "other",
+                        "uid": "other-uid",
+                        "controller": True,
+                    }
+                ],
+            },
+            "data": {"mine": "yes"},
+        },
+        "default",
+    )
+    c.create(ppo_manifest("ppo-o"))
+    await c.until(
+        lambda: c.conditions("ppo-o").get("Admitted") == ("False", "ChildConflict"),
+        "ChildConflict",
+    )
+    assert c.k8s.get("configmaps", "ppo-o-config", "default")["data"] == {"mine": "yes"}
+    assert not c.ray_jobs("ppo-o")
+
+
+def _all_children(k8s: Emulator) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for resource in (
+        "serviceaccounts",
+        "configmaps",
+        "roles.rbac.authorization.k8s.io",
+        "rolebindings.rbac.authorization.k8s.io",
+        RAYJOBS,
+    ):
+        for obj in k8s.list(resource, "default", label_selector="rlhf.dev/job"):
+            found.setdefault(resource, []).append(obj["metadata"]["name"])
+    return {k: sorted(v) for k, v in found.items()}
+
+
+@pytest.mark.parametrize("jobs", [4])
+async def test_operator_killed_mid_reconcile_converges_after_restart_without_duplicates(
+    cluster: Cluster, tmp_path: pathlib.Path, jobs: int
+) -> None:
+    c, k8s = cluster, cluster.k8s
+    assert k8s.kubeconfig is not None
+    names = [f"job-{i}" for i in range(jobs)]
+    log = tmp_path / "operator.log"
+
+    # 1. RayJob creation fails: the operator has made the other children, and keeps retrying.
+    k8s.faults.add("create", RAYJOBS, code=500, times=None)
+    first = start_operator_process(k8s.kubeconfig, log)
+    try:
+        for name in names:
+            c.create(ppo_manifest(name, runPolicy={"backoffLimit": 2}))
+        await c.until(
+            lambda: (
+                len(_all_children(k8s).get("configmaps", [])) == jobs
+                and k8s.requests.count("create", RAYJOBS) >= jobs
+            ),
+            "children but no RayJobs yet",
+            timeout=30,
+        )
+    finally:
+        first.kill()  # SIGKILL: no cleanup, no goodbye
+    k8s.faults.clear()
+    assert RAYJOBS not in _all_children(k8s)
+
+    # 2. A new operator finishes the job: every RayJob exists once, nothing twice.
+    second = start_operator_process(k8s.kubeconfig, log)
+    try:
+        await c.until(lambda: all(c.ray_jobs(n) for n in names), "RayJobs created", timeout=30)
+        # 3. Attempt 0 fails everywhere; the status write of the retry fails, so the
+        #    operator dies having created attempt 1 but not having recorded restarts=1.
+        k8s.faults.add("patch", f"{RLHFJOBS}/status", code=500, times=None)
+        for name in names:
+            c.kuberay(f"{name}-r0", jobDeploymentStatus="Failed", jobStatus="FAILED")
+        await c.until(
+            lambda: all(c.k8s.find(RAYJOBS, f"{n}-r1", "default") for n in names),
+            "attempt 1 created",
+            timeout=30,
+        )
+    finally:
+        second.kill()
+    k8s.faults.clear()
+    assert all(c.status(n).get("restarts", 0) == 0 for n in names)  # never written
+
+    third = start_operator_process(k8s.kubeconfig, log)
+    try:
+        await c.until(
+            lambda: all(
+                (c.status(n).get("restarts"), c.status(n).get("phase")) == (1, "Provisioning")
+                for n in names
+            ),
+            "status converged",
+            timeout=30,
+        )
+        await asyncio.sleep(1.0)  # give a wrong decision time to show up
+        children = _all_children(k8s)
+        expected: dict[str, Any] = {
+            "serviceaccounts": sorted(f"{n}-trainer" for n in names),
+            "configmaps": sorted(f"{n}-config" for n in names),
+            "roles.rbac.authorization.k8s.io": sorted(f"{n}-trainer" for n in names),
+            "rolebindings.rbac.authorization.k8s.io": sorted(f"{n}-trainer" for n in names),
+            RAYJOBS: sorted(f"{n}-r1" for n in names),
+        }
+        assert children == expected
+        assert (
+            sum(
+                1
+                for r in k8s.requests.records
+                if r.verb == "create" and r.code == 201 and r.resource == RAYJOBS
+            )
+            == 2 * jobs
+        )  # r0 and r1 once each
+    finally:
+        third.stop()
