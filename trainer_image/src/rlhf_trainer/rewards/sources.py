@@ -1,0 +1,117 @@
+"""The job's reward sources, built from `spec.models`, scored and combined with their weights.
+
+Reward *models* run on Ray actors (`rlhf_trainer.distributed`); the driver passes their `[B]`
+scores in. The reward function (a file in a worker process, or a builtin) and the remote
+service are called here, concurrently, and everything is summed with its weight.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Protocol
+
+from torch import Tensor
+
+from rlhf_trainer.config import ModelsConfig, RewardFunction
+
+from .builtin import BuiltinRewardFunction
+from .function_runner import RewardFunctionRunner
+from .output import RewardResult, combine_rewards
+from .remote import RemoteRewardClient
+
+# Where the operator mounts a rewardFunction.configMapRef on the cluster (it also rewrites the
+# reference into a `path` there); see rlhf_operator.builders.common.REWARD_FUNCTION_DIR.
+REWARD_FUNCTION_MOUNT = Path("/etc/rlhf-reward")
+
+
+class RewardFn(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    def __call__(
+        self, queries: Sequence[str], prompts: Sequence[str], labels: Sequence[str | None]
+    ) -> RewardResult: ...
+
+    def close(self) -> None: ...
+
+
+def build_reward_function(
+    cfg: RewardFunction, base_dir: Path, *, mount_dir: Path = REWARD_FUNCTION_MOUNT
+) -> RewardFn:
+    """A builtin, or a file run in a worker process (relative paths: the job file's dir)."""
+    if cfg.builtin is not None:
+        return BuiltinRewardFunction(cfg.builtin)
+    if cfg.path is not None:
+        path = Path(cfg.path).expanduser()
+        return RewardFunctionRunner(
+            path if path.is_absolute() else base_dir / path, cfg.timeout_seconds
+        )
+    ref = cfg.config_map_ref
+    if ref is None:  # unreachable for a validated RewardFunction
+        raise ValueError("rewardFunction needs path, configMapRef or builtin")
+    mounted = mount_dir / ref.key
+    if not mounted.is_file():
+        raise FileNotFoundError(
+            f"models.rewardFunction.configMapRef ({ref.name}/{ref.key}) is mounted by the "
+            f"operator at {mounted} on a cluster, and it is not there; to run locally, use "
+            "rewardFunction.path instead"
+        )
+    return RewardFunctionRunner(mounted, cfg.timeout_seconds)
+
+
+class RewardSources:
+    """All reward sources of a job; `score` returns the weighted sum and per-source metrics."""
+
+    def __init__(self, models: ModelsConfig, base_dir: Path) -> None:
+        self.model_weights = [m.weight for m in models.reward_models]
+        self.function: RewardFn | None = None
+        self.function_weight = 1.0
+        self.remote: RemoteRewardClient | None = None
+        self.remote_weight = 1.0
+        if models.reward_function is not None:
+            self.function = build_reward_function(models.reward_function, base_dir)
+            self.function_weight = models.reward_function.weight
+        if models.remote_reward is not None:
+            self.remote = RemoteRewardClient.from_config(models.remote_reward)
+            self.remote_weight = models.remote_reward.weight
+        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="reward")
+
+    def score(
+        self,
+        queries: Sequence[str],
+        prompts: Sequence[str],
+        labels: Sequence[str | None],
+        model_scores: Sequence[Tensor] = (),
+    ) -> tuple[Tensor, dict[str, float]]:
+        """Combined `[B]` rewards, and metrics: each source's mean, the task score, extras."""
+        if len(model_scores) != len(self.model_weights):
+            raise ValueError(
+                f"got {len(model_scores)} reward-model score tensors for "
+                f"{len(self.model_weights)} configured reward models"
+            )
+        calls = {
+            key: self._pool.submit(fn, queries, prompts, labels)
+            for key, fn in (("function", self.function), ("remote", self.remote))
+            if fn is not None
+        }
+        parts: list[tuple[float, Tensor]] = []
+        metrics: dict[str, float] = {}
+        for i, (weight, scores) in enumerate(zip(self.model_weights, model_scores, strict=True)):
+            parts.append((weight, scores))
+            metrics[f"reward/model_{i}"] = float(scores.float().mean())
+        weights = {"function": self.function_weight, "remote": self.remote_weight}
+        for key, future in calls.items():
+            result = future.result()  # re-raises the source's error, which names the source
+            parts.append((weights[key], result.rewards))
+            metrics[f"reward/{key}"] = float(result.rewards.mean())
+            metrics[f"score/{key}"] = float(result.scores.mean())
+            metrics |= {f"reward/{key}/{name}": v for name, v in result.extra_logs.items()}
+        return combine_rewards(parts), metrics
+
+    def close(self) -> None:
+        for fn in (self.function, self.remote):
+            if fn is not None:
+                fn.close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
