@@ -154,6 +154,45 @@ def metadata_errors(obj: Mapping[str, Any], info: ResourceInfo) -> list[FieldErr
     return found
 
 
+def identify(
+    body: Any, info: ResourceInfo, storage_api_version: str, namespace: str | None
+) -> JSON:
+    """The body must be an object of the URL's kind, in the URL's namespace.
+
+    The result is stored under the storage version's apiVersion (no conversion is done:
+    all versions of a CRD share one schema shape here, as with `strategy: None`)."""
+    if not isinstance(body, dict) or not isinstance(body.get("metadata", {}), dict):
+        raise errors.bad_request("the request body must be a JSON object with metadata")
+    # The store owns `body` from here on (a parsed request, or a copy made by the caller);
+    # its top level and metadata are copied because a patch result may share them.
+    obj = dict(body)
+    obj["metadata"] = dict(obj.get("metadata") or {})
+    sent_version, sent_kind = obj.get("apiVersion"), obj.get("kind")
+    if sent_version and sent_version != info.api_version:
+        raise errors.bad_request(
+            f"the API version in the data ({sent_version}) does not match the expected "
+            f"API version ({info.api_version})"
+        )
+    if sent_kind and sent_kind != info.kind:
+        raise errors.bad_request(
+            f"the kind in the data ({sent_kind}) does not match the expected kind ({info.kind})"
+        )
+    obj["apiVersion"], obj["kind"] = storage_api_version, info.kind
+    meta = obj.setdefault("metadata", {})
+    if info.namespaced:
+        if meta.get("namespace") and namespace and meta["namespace"] != namespace:
+            raise errors.bad_request(
+                "the namespace of the provided object does not match the namespace sent "
+                "on the request"
+            )
+        meta["namespace"] = namespace or meta.get("namespace")
+        if not meta["namespace"]:
+            raise errors.bad_request("a namespaced object needs a namespace")
+    else:
+        meta.pop("namespace", None)
+    return obj
+
+
 def spec_part(obj: Mapping[str, Any]) -> JSON:
     """What `generation` tracks: everything but metadata and status."""
     return {k: v for k, v in obj.items() if k not in ("metadata", "status")}
@@ -170,10 +209,14 @@ def keep_system_metadata(new: JSON, old: Mapping[str, Any]) -> None:
 
 
 def for_status_write(old: Mapping[str, Any], new: Mapping[str, Any]) -> JSON:
-    """Writes to `/status` change `.status` and nothing else."""
-    result = copy.deepcopy(dict(old))
+    """Writes to `/status` change `.status` and nothing else.
+
+    The result shares everything but its top level and metadata with `old`: stored objects
+    are never mutated, so sharing their unchanged parts is safe and cheap.
+    """
+    result = {**old, "metadata": dict(old["metadata"])}
     if "status" in new:
-        result["status"] = copy.deepcopy(new["status"])
+        result["status"] = new["status"]
     else:
         result.pop("status", None)
     return result
@@ -183,7 +226,7 @@ def for_main_write(info: ResourceInfo, old: Mapping[str, Any] | None, new: JSON)
     """Writes to the main resource cannot change `.status` when there is a status subresource."""
     if info.has_status:
         if old is not None and "status" in old:
-            new["status"] = copy.deepcopy(old["status"])
+            new["status"] = old["status"]
         else:
             new.pop("status", None)
     return new
@@ -207,18 +250,24 @@ def finalizer_errors(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Fie
 
 
 def admit_object(
-    obj: JSON, info: ResourceInfo, validator: Any, *, field_validation: str
+    obj: JSON,
+    info: ResourceInfo,
+    validator: Any,
+    *,
+    field_validation: str,
+    previous: Mapping[str, Any] | None = None,
 ) -> tuple[JSON, list[str]]:
     """Validate what is about to be stored; returns (object to store, warnings) or raises.
 
     Custom resources are pruned and defaulted first. Unknown fields are a 400 with
     `fieldValidation=Strict` (the real server reports them while decoding, before validating),
     a `Warning` otherwise. Metadata and schema problems together make one 422 Invalid.
+    On updates, `previous` (the stored object) lets unchanged top-level fields skip the schema.
     """
     warnings: list[str] = []
     problems: list[FieldError] = []
     if validator is not None:
-        obj, removed, problems = validator.admit(obj)
+        obj, removed, problems = validator.admit(obj, previous)
         if removed and field_validation == "Strict":
             listed = ", ".join(f'unknown field "{path}"' for path in removed)
             raise errors.bad_request(f"strict decoding error: {listed}")

@@ -11,13 +11,17 @@ Simplifications (each says what the real control plane does instead):
 
 from __future__ import annotations
 
-import copy
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .store import Store
 
 JSON = dict[str, Any]
+
+
+def _fresh(obj: JSON) -> JSON:
+    """A new version of a stored object: new top level and metadata, shared (immutable) rest."""
+    return {**obj, "metadata": dict(obj["metadata"])}
 
 
 def delete_object(
@@ -28,7 +32,7 @@ def delete_object(
     if meta.get("deletionTimestamp"):
         return obj, False  # already being deleted: nothing changes
     if meta.get("finalizers") or is_namespace:
-        marked = copy.deepcopy(obj)
+        marked = _fresh(obj)
         marked["metadata"]["deletionTimestamp"] = store.timestamp()
         marked["metadata"]["deletionGracePeriodSeconds"] = 0
         marked["metadata"]["generation"] = meta.get("generation", 0) + 1
@@ -43,7 +47,7 @@ def delete_object(
         return stored, False
     if propagation == "Orphan":
         _orphan_dependents(store, meta["uid"])
-    return store.commit(gr, "DELETED", copy.deepcopy(obj), obj), True
+    return store.commit(gr, "DELETED", _fresh(obj), obj), True
 
 
 def _dependents(store: Store, owner_uid: str) -> list[tuple[tuple[str, str], JSON]]:
@@ -67,7 +71,7 @@ def collect_dependents(store: Store, owner: JSON) -> None:
         refs = current["metadata"].get("ownerReferences") or []
         alive = [r for r in refs if r.get("uid") != owner_uid and r.get("uid") in store.uids]
         if alive:  # other owners remain: only the dangling reference goes
-            updated = copy.deepcopy(current)
+            updated = _fresh(current)
             updated["metadata"]["ownerReferences"] = [r for r in refs if r.get("uid") != owner_uid]
             store.commit(gr, "MODIFIED", updated, current)
         else:
@@ -76,7 +80,7 @@ def collect_dependents(store: Store, owner: JSON) -> None:
 
 def _orphan_dependents(store: Store, owner_uid: str) -> None:
     for gr, dependent in _dependents(store, owner_uid):
-        updated = copy.deepcopy(dependent)
+        updated = _fresh(dependent)
         updated["metadata"]["ownerReferences"] = [
             r for r in updated["metadata"]["ownerReferences"] if r.get("uid") != owner_uid
         ]
@@ -102,12 +106,12 @@ def maybe_finish_namespace(store: Store, namespace: str) -> JSON | None:
         return None
     if any(key[0] == namespace for objects in store.objects.values() for key in objects):
         return None
-    return store.commit(("", "namespaces"), "DELETED", copy.deepcopy(ns), ns)
+    return store.commit(("", "namespaces"), "DELETED", _fresh(ns), ns)
 
 
 def drop_custom_resources(store: Store, crd: JSON) -> None:
     group, plural = crd["spec"]["group"], crd["spec"]["names"]["plural"]
     for obj in list(store.objects[(group, plural)].values()):
-        store.commit((group, plural), "DELETED", copy.deepcopy(obj), obj)
+        store.commit((group, plural), "DELETED", _fresh(obj), obj)
     store.close_watchers((group, plural))
     store.registry.remove_crd(group, plural)

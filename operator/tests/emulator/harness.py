@@ -131,7 +131,7 @@ class Emulator:
         crd_info = self.registry.resolve("customresourcedefinitions.apiextensions.k8s.io")
         for source in sources:
             for crd in load_crds(source):
-                self.store.create(crd_info, None, crd)
+                self.store.create(crd_info, None, copy.deepcopy(crd))
                 spec = crd["spec"]
                 infos += [
                     i
@@ -172,7 +172,8 @@ class Emulator:
     def create(self, resource: str, body: Mapping[str, Any], namespace: str | None = None) -> JSON:
         info = self.registry.resolve(resource)
         namespace = namespace or (body.get("metadata") or {}).get("namespace")
-        obj, _ = self.store.create(info, namespace if info.namespaced else None, dict(body))
+        owned = copy.deepcopy(dict(body))  # the store takes ownership of what it is given
+        obj, _ = self.store.create(info, namespace if info.namespaced else None, owned)
         return copy.deepcopy(obj)
 
     def patch(

@@ -20,6 +20,35 @@ from . import errors
 JSON = dict[str, Any]
 Path = tuple[str, ...]
 
+MERGE = "application/merge-patch+json"
+STRATEGIC = "application/strategic-merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+APPLY = "application/apply-patch+yaml"
+
+
+def apply_patch(
+    live: Mapping[str, Any],
+    content_type: str,
+    body: Any,
+    *,
+    custom: bool,
+    previously_applied: Iterable[Path] = (),
+) -> Any:
+    """The object a PATCH asks for, by Content-Type; `live` is never mutated.
+
+    Custom resources have no strategic merge patch on the real server either (415).
+    """
+    if content_type == MERGE or (content_type == STRATEGIC and not custom):
+        return merge_patch(live, body)
+    if content_type == JSON_PATCH:
+        return json_patch(live, body)
+    if content_type == APPLY:
+        if not isinstance(body, Mapping):
+            raise errors.bad_request("an applied configuration must be an object")
+        return server_side_apply(live, body, previously_applied)
+    accepted = [JSON_PATCH, MERGE, APPLY] + ([] if custom else [STRATEGIC])
+    raise errors.unsupported_media_type(content_type, accepted)
+
 
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386: dicts merge recursively, `null` deletes, anything else replaces."""

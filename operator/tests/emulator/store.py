@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import binascii
 import builtins
-import copy
 import datetime
 import json
 import random
@@ -32,10 +31,7 @@ GroupResource = tuple[str, str]
 ObjectKey = tuple[str | None, str]
 
 _NAME_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
-MERGE = "application/merge-patch+json"
-STRATEGIC = "application/strategic-merge-patch+json"
-JSON_PATCH = "application/json-patch+json"
-APPLY = "application/apply-patch+yaml"
+APPLY, JSON_PATCH, MERGE = patches.APPLY, patches.JSON_PATCH, patches.MERGE
 
 
 def utc_now() -> datetime.datetime:
@@ -132,6 +128,10 @@ class Store:
         self._watchers[info.group_resource].add(watcher)
         return watcher
 
+    def watchers_of(self, info: ResourceInfo) -> builtins.list[Watcher]:
+        """The open watches of a resource (all versions): what a test can check pausing with."""
+        return builtins.list(self._watchers[info.group_resource])
+
     def unwatch(self, watcher: Watcher) -> None:
         self._watchers[watcher.group_resource].discard(watcher)
 
@@ -186,35 +186,8 @@ class Store:
     # --- creating ---------------------------------------------------------------------------
 
     def _check_identity(self, info: ResourceInfo, namespace: str | None, body: Any) -> JSON:
-        """The body must be an object of the URL's kind, in the URL's namespace."""
-        if not isinstance(body, dict) or not isinstance(body.get("metadata", {}), dict):
-            raise errors.bad_request("the request body must be a JSON object with metadata")
-        obj = copy.deepcopy(body)
-        sent_version, sent_kind = obj.get("apiVersion"), obj.get("kind")
-        if sent_version and sent_version != info.api_version:
-            raise errors.bad_request(
-                f"the API version in the data ({sent_version}) does not match the expected "
-                f"API version ({info.api_version})"
-            )
-        if sent_kind and sent_kind != info.kind:
-            raise errors.bad_request(
-                f"the kind in the data ({sent_kind}) does not match the expected kind ({info.kind})"
-            )
         storage = self.registry.storage_info(info.group, info.plural) or info
-        obj["apiVersion"], obj["kind"] = storage.api_version, info.kind
-        meta = obj.setdefault("metadata", {})
-        if info.namespaced:
-            if meta.get("namespace") and namespace and meta["namespace"] != namespace:
-                raise errors.bad_request(
-                    "the namespace of the provided object does not match the namespace sent "
-                    "on the request"
-                )
-            meta["namespace"] = namespace or meta.get("namespace")
-            if not meta["namespace"]:
-                raise errors.bad_request("a namespaced object needs a namespace")
-        else:
-            meta.pop("namespace", None)
-        return obj
+        return admission.identify(body, info, storage.api_version, namespace)
 
     def _check_namespace_open(self, namespace: str) -> None:
         ns = self.objects[("", "namespaces")].get((None, namespace))
@@ -381,22 +354,13 @@ class Store:
                 return obj, warnings, True
         if old is None:
             raise errors.not_found(info.qualified, name, info.group)
-        live = copy.deepcopy(old)
-        if content_type == MERGE or (content_type == STRATEGIC and not info.custom):
-            candidate = patches.merge_patch(live, body)
-        elif content_type == JSON_PATCH:
-            candidate = patches.json_patch(live, body)
-        elif content_type == APPLY:
-            previous = self._applied.get((old["metadata"]["uid"], field_manager or ""), frozenset())
-            if not isinstance(body, dict):
-                raise errors.bad_request("an applied configuration must be an object")
-            candidate = patches.server_side_apply(live, body, previous)
-        else:
-            accepted = [JSON_PATCH, MERGE, APPLY] + ([] if info.custom else [STRATEGIC])
-            raise errors.unsupported_media_type(content_type, accepted)
+        previous = self._applied.get((old["metadata"]["uid"], field_manager or ""), frozenset())
+        candidate = patches.apply_patch(
+            old, content_type, body, custom=info.custom, previously_applied=previous
+        )
         if not isinstance(candidate, dict) or not isinstance(candidate.get("metadata"), dict):
             raise errors.unprocessable("the patched object must be a JSON object with metadata")
-        if candidate.get("apiVersion") in (None, live["apiVersion"]):
+        if candidate.get("apiVersion") in (None, old["apiVersion"]):
             candidate["apiVersion"] = info.api_version  # stored under another version: no-op
         candidate = self._check_identity(info, namespace, candidate)
         if candidate["metadata"].get("name") != name:
@@ -450,6 +414,7 @@ class Store:
             info,
             self.registry.validator(info, strict=False),
             field_validation=field_validation,
+            previous=old,
         )
         if admission.spec_part(new) != admission.spec_part(old):
             new["metadata"]["generation"] = old["metadata"].get("generation", 0) + 1

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from emulator import Emulator, run_emulator
+from emulator import OUR_CRD, Emulator, run_emulator
 from emulator.testkit import GROUP, WIDGETS, Api, widget, widget_crd, widgets_path
 
 CM_PATH = "/api/v1/namespaces/default/configmaps"
@@ -368,3 +368,13 @@ async def test_kubernetes_client_works_against_the_emulator(
         return [found[0].data["k"], phase["status"]["phase"]]
 
     assert await asyncio.to_thread(as_a_client) == ["w", "Running"]
+
+
+async def test_the_shared_fixture_serves_the_project_crds(
+    emulator: Emulator, kuberay_crds_dir: pathlib.Path
+) -> None:
+    """`emulator` (operator/tests/conftest.py) is what the operator's integration tests use."""
+    served = {info.qualified for info in emulator.registry.all()}
+    assert {"rayjobs.ray.io", "rayclusters.ray.io"} <= served
+    assert ("rlhfjobs.rlhf.dev" in served) == OUR_CRD.exists()
+    assert emulator.kubeconfig is not None and emulator.kubeconfig.exists()

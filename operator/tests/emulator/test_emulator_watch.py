@@ -123,10 +123,10 @@ async def test_initial_events_end_with_a_bookmark(api: Api) -> None:
 async def test_watches_closed_by_the_client_are_unregistered(k8s: Emulator, api: Api) -> None:
     response = await api.session.get(api.base + widgets_path(), params={"watch": "true"})
     await asyncio.sleep(0.05)
-    assert len(k8s.store._watchers[("emulator-test.rlhf.dev", "widgets")]) == 1
+    assert len(k8s.store.watchers_of(k8s.registry.resolve(WIDGETS))) == 1
     response.close()
     await k8s.wait_for(
-        lambda: not k8s.store._watchers[("emulator-test.rlhf.dev", "widgets")],
+        lambda: not k8s.store.watchers_of(k8s.registry.resolve(WIDGETS)),
         timeout=2,
         what="the watcher's removal",
     )

@@ -252,8 +252,8 @@ def apply_defaults(value: Any, node: Mapping[str, Any]) -> Any:
 # --- error messages -------------------------------------------------------------------------
 
 
-def _describe(error: jsonschema.ValidationError) -> FieldError:
-    path = list(error.absolute_path)
+def _describe(error: jsonschema.ValidationError, prefix: Sequence[str] = ()) -> FieldError:
+    path = [*prefix, *error.absolute_path]
     shown = json.dumps(error.instance, default=str)
     if len(shown) > 80:
         shown = shown[:77] + "..."
@@ -298,6 +298,10 @@ def version_schema(crd: Mapping[str, Any], version: str) -> JSON:
     raise KeyError(f"CRD {crd['metadata']['name']} has no version {version!r}; it has {names}")
 
 
+# Root keywords the incremental admission understands; any other one means "validate it all".
+_SPLITTABLE_ROOT = {"type", "properties", "required", "description", "title"}
+
+
 class CRDValidator:
     """Admission of objects of one CRD version: prune, default, validate (no CEL, see module)."""
 
@@ -305,17 +309,63 @@ class CRDValidator:
         self.schema = schema
         self.strict = strict
         self._validator = _Validator(to_json_schema(schema), format_checker=_FORMATS)
+        self._field_validators: dict[str, Any] = {}
+        self._splittable = set(schema) <= _SPLITTABLE_ROOT
 
-    def admit(self, obj: Mapping[str, Any]) -> tuple[JSON, list[str], list[FieldError]]:
+    def admit(
+        self, obj: Mapping[str, Any], previous: Mapping[str, Any] | None = None
+    ) -> tuple[JSON, list[str], list[FieldError]]:
         """What the API server would store: (pruned+defaulted object, pruned paths, errors).
 
         In strict mode pruned fields are errors (`unknown field`), as with `fieldValidation=Strict`.
+        `previous` (an object admitted before, e.g. the stored one an update replaces) makes
+        admission incremental: top-level fields equal to it are kept as they are, unchecked,
+        and shared with the result. That is what makes status and metadata writes cheap.
         """
-        pruned, removed = prune(obj, self.schema)
-        errors = [FieldError(path, "unknown field") for path in removed] if self.strict else []
-        defaulted = apply_defaults(pruned, self.schema)
-        errors += self.schema_errors(defaulted)
+        if previous is None or not self._splittable:
+            pruned, removed = prune(obj, self.schema)
+            defaulted = apply_defaults(pruned, self.schema)
+            errors = self.schema_errors(defaulted)
+        else:
+            defaulted, removed, errors = self._admit_changed_fields(obj, previous)
+        if self.strict:
+            errors = [FieldError(path, "unknown field") for path in removed] + errors
         return defaulted, removed, errors
+
+    def _admit_changed_fields(
+        self, obj: Mapping[str, Any], previous: Mapping[str, Any]
+    ) -> tuple[JSON, list[str], list[FieldError]]:
+        properties: Mapping[str, Any] = self.schema.get("properties", {})
+        out: JSON = {}
+        removed: list[str] = []
+        errors: list[FieldError] = []
+        for key, value in obj.items():
+            if key in _ROOT_KEPT or (key in previous and previous[key] == value):
+                out[key] = value
+            elif key not in properties:
+                removed.append(key)
+            elif value is not None or properties[key].get("nullable"):
+                node = properties[key]
+                pruned, dropped = prune(value, node, (key,), root=False)
+                out[key] = apply_defaults(pruned, node)
+                removed += dropped
+                errors += self._field_errors(key, out[key])
+        for key, node in properties.items():
+            if key not in out and "default" in node:
+                out[key] = apply_defaults(copy.deepcopy(node["default"]), node)
+                errors += self._field_errors(key, out[key])
+        errors += [
+            FieldError(key, "Required value")
+            for key in self.schema.get("required", [])
+            if key not in out
+        ]
+        return out, removed, sorted(errors, key=lambda e: (e.path, e.message))
+
+    def _field_errors(self, key: str, value: Any) -> list[FieldError]:
+        if key not in self._field_validators:
+            node = to_json_schema(self.schema["properties"][key])
+            self._field_validators[key] = _Validator(node, format_checker=_FORMATS)
+        return [_describe(e, (key,)) for e in self._field_validators[key].iter_errors(value)]
 
     def schema_errors(self, obj: Any) -> list[FieldError]:
         """Schema violations only (no pruning, no defaulting), sorted by field path."""
