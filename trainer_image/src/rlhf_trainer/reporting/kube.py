@@ -1,0 +1,192 @@
+"""Progress on the RLHFJob itself: merge-patches of `status.trainer`, from inside the cluster.
+
+Enabled by the environment the operator gives the trainer: `RLHF_JOB_NAME` and
+`RLHF_JOB_NAMESPACE`, plus the API server of the pod (`KUBERNETES_SERVICE_HOST`/`_PORT`) and
+its service account token and CA at the standard paths. `RLHF_KUBE_API_URL`,
+`RLHF_KUBE_TOKEN_FILE` and `RLHF_KUBE_CA_FILE` override those (tests; out-of-cluster runs).
+
+The body is `rlhf_operator.api.v1alpha1.TrainerReport` in camelCase (this package must not import
+the operator, so the shape is written out here and a test checks it against that model).
+Patches go out at most every `min_interval` seconds (always for the final step and at close);
+an API error is logged and never stops training, and after one the reporter backs off.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import ssl
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .base import StepReport
+
+log = logging.getLogger(__name__)
+
+SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+API_GROUP, API_VERSION, PLURAL = "rlhf.dev", "v1alpha1", "rlhfjobs"
+MAX_CHECKPOINTS = 10
+MAX_BACKOFF = 300.0
+
+
+@dataclass(frozen=True)
+class KubeTarget:
+    api_url: str
+    namespace: str
+    name: str
+    token_file: Path | None
+    ca_file: Path | None
+
+    @property
+    def status_url(self) -> str:
+        ns, name = (urllib.parse.quote(x, safe="") for x in (self.namespace, self.name))
+        return (
+            f"{self.api_url.rstrip('/')}/apis/{API_GROUP}/{API_VERSION}/namespaces/{ns}/"
+            f"{PLURAL}/{name}/status"
+        )
+
+
+def target_from_env(env: Mapping[str, str] | None = None) -> KubeTarget | None:
+    """Where to report, or None when this run is not an RLHFJob on a cluster."""
+    env = os.environ if env is None else env
+    name, namespace = env.get("RLHF_JOB_NAME"), env.get("RLHF_JOB_NAMESPACE")
+    if not name or not namespace:
+        return None
+    api_url = env.get("RLHF_KUBE_API_URL")
+    if not api_url:
+        host, port = env.get("KUBERNETES_SERVICE_HOST"), env.get("KUBERNETES_SERVICE_PORT")
+        if not host:
+            log.warning(
+                "RLHF_JOB_NAME is set but no API server is known (KUBERNETES_SERVICE_HOST or "
+                "RLHF_KUBE_API_URL): status.trainer will not be reported"
+            )
+            return None
+        host = f"[{host}]" if ":" in host else host  # IPv6
+        api_url = f"https://{host}:{port or 443}"
+    token = Path(env.get("RLHF_KUBE_TOKEN_FILE") or SA_DIR / "token")
+    ca = Path(env.get("RLHF_KUBE_CA_FILE") or SA_DIR / "ca.crt")
+    return KubeTarget(
+        api_url, namespace, name, token if token.is_file() else None, ca if ca.is_file() else None
+    )
+
+
+def utc_now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def trainer_status(
+    report: StepReport, checkpoints: list[dict[str, Any]], now: str
+) -> dict[str, Any]:
+    """The camelCase `status.trainer` body for one step report (pure)."""
+    body: dict[str, Any] = {
+        "step": report.step,
+        "totalSteps": report.total_steps,
+        "progress": f"{report.step}/{report.total_steps}",
+        "metrics": dict(report.metrics),
+        "checkpoints": list(checkpoints),
+        "updatedAt": now,
+    }
+    if report.reward is not None:
+        body["reward"] = report.reward
+    if report.samples_per_second is not None:
+        body["samplesPerSecond"] = round(report.samples_per_second, 4)
+    if report.eta_seconds is not None:
+        body["etaSeconds"] = round(report.eta_seconds, 1)
+    return body
+
+
+class KubeStatusReporter:
+    """A sink that merge-patches `status.trainer` of the RLHFJob (throttled, never raising)."""
+
+    def __init__(
+        self,
+        target: KubeTarget,
+        *,
+        min_interval: float = 5.0,
+        timeout: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.target = target
+        self.min_interval = min_interval
+        self.timeout = timeout
+        self._clock = clock
+        self._checkpoints: list[dict[str, Any]] = []
+        self._last: StepReport | None = None  # the newest step report
+        self._dirty = False  # something not yet sent (a step or a checkpoint)
+        self._last_sent: float | None = None
+        self._blocked_until = 0.0
+        self._failures = 0
+        self._ssl = self._ssl_context()
+
+    def _ssl_context(self) -> ssl.SSLContext | None:
+        if not self.target.api_url.startswith("https"):
+            return None
+        if self.target.ca_file is not None:
+            return ssl.create_default_context(cafile=str(self.target.ca_file))
+        return ssl.create_default_context()
+
+    # --- sink interface -----------------------------------------------------------------
+    def write_step(self, report: StepReport) -> None:
+        self._last, self._dirty = report, True
+        self._flush(force=report.is_final)
+
+    def write_checkpoint(self, step: int, path: Path) -> None:
+        self._checkpoints.append({"step": step, "path": str(path), "time": utc_now()})
+        del self._checkpoints[:-MAX_CHECKPOINTS]
+        self._dirty = True
+        self._flush(force=False)
+
+    def close(self) -> None:
+        self._flush(force=True)
+
+    # --- sending ------------------------------------------------------------------------
+    def _flush(self, *, force: bool) -> None:
+        report = self._last
+        if report is None or not self._dirty:
+            return
+        now = self._clock()
+        due = self._last_sent is None or now - self._last_sent >= self.min_interval
+        if not (force or due) or (now < self._blocked_until and not force):
+            return
+        if self.patch(trainer_status(report, self._checkpoints, utc_now())):
+            self._dirty = False
+        self._last_sent = now
+
+    def patch(self, trainer: dict[str, Any]) -> bool:
+        """One merge-patch of status.trainer; False (and a warning) on any failure."""
+        body = json.dumps({"status": {"trainer": trainer}}).encode()
+        headers = {"Content-Type": "application/merge-patch+json", "Accept": "application/json"}
+        try:
+            if self.target.token_file is not None:
+                # Re-read every time: projected service-account tokens are rotated.
+                token = self.target.token_file.read_text().strip()
+                headers["Authorization"] = f"Bearer {token}"
+            request = urllib.request.Request(
+                self.target.status_url, data=body, method="PATCH", headers=headers
+            )
+            with urllib.request.urlopen(request, timeout=self.timeout, context=self._ssl) as r:
+                r.read()
+        except Exception as err:
+            self._failures += 1
+            backoff = min(MAX_BACKOFF, self.min_interval * 2**self._failures)
+            self._blocked_until = self._clock() + backoff
+            detail = str(err)
+            if isinstance(err, urllib.error.HTTPError):
+                detail = f"HTTP {err.code}: {err.read()[:300].decode('utf-8', 'replace')}"
+            log.warning(
+                "status report to %s failed (%s); training continues, next try in %.0f s",
+                self.target.status_url,
+                detail,
+                backoff,
+            )
+            return False
+        self._failures = 0
+        self._blocked_until = 0.0
+        return True

@@ -1,0 +1,73 @@
+"""A stand-in for the Kubernetes API server: records PATCHes of rlhfjobs/<name>/status."""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class ApiServer:
+    url: str = ""
+    patches: list[dict[str, Any]] = field(default_factory=list)
+    fail_with: int | None = None  # answer every request with this HTTP status
+    status: dict[str, Any] = field(default_factory=dict)  # the object's status, merged
+
+
+def _merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
+    # RFC 7386 JSON merge patch.
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, dict) and isinstance(target.get(key), dict):
+            _merge(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)  # never alias a recorded request body
+
+
+@contextmanager
+def kube_api() -> Iterator[ApiServer]:
+    api = ApiServer()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_PATCH(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            api.patches.append(
+                {
+                    "path": self.path,
+                    "content_type": self.headers["Content-Type"],
+                    "authorization": self.headers.get("Authorization"),
+                    "body": body,
+                }
+            )
+            if api.fail_with is not None:
+                self._answer(api.fail_with, {"kind": "Status", "message": "nope"})
+                return
+            _merge(api.status, body["status"])
+            self._answer(200, {"status": api.status})
+
+        def _answer(self, code: int, obj: dict[str, Any]) -> None:
+            data = json.dumps(obj).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    api.url = f"http://127.0.0.1:{server.server_address[1]}"
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield api
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -1,0 +1,165 @@
+"""status.trainer patches against a local API server stand-in: shape, throttling, failures."""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+from kube_api_standin import ApiServer, kube_api
+
+from rlhf_trainer.reporting.kube import KubeStatusReporter, KubeTarget, target_from_env
+from rlhf_trainer.reporting.reporter import Reporter
+
+CRD = Path(__file__).resolve().parents[3] / "crds" / "rlhf.dev_rlhfjobs.yaml"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def api() -> Iterator[ApiServer]:
+    with kube_api() as server:
+        yield server
+
+
+def reporter_for(
+    api: ApiServer, tmp_path: Path, clock: Clock
+) -> tuple[Reporter, KubeStatusReporter]:
+    token = tmp_path / "token"
+    token.write_text("secret-token\n")
+    env = {
+        "RLHF_JOB_NAME": "tiny",
+        "RLHF_JOB_NAMESPACE": "team-a",
+        "RLHF_KUBE_API_URL": api.url,
+        "RLHF_KUBE_TOKEN_FILE": str(token),
+    }
+    target = target_from_env(env)
+    assert target is not None
+    kube = KubeStatusReporter(target, min_interval=5.0, clock=clock)
+    return Reporter([kube]), kube
+
+
+def step(reporter: Reporter, n: int, total: int = 10, reward: float = 0.5) -> None:
+    reporter.on_step(n, total, {"reward": reward, "kl": 0.01}, {"total": 2.0}, samples=8)
+
+
+def crd_trainer_schema() -> dict[str, Any]:
+    crd = yaml.safe_load(CRD.read_text())
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    trainer = copy.deepcopy(schema["properties"]["status"]["properties"]["trainer"])
+    trainer["additionalProperties"] = False  # every key we send must be one the CRD declares
+    return trainer
+
+
+def test_patch_shape_matches_the_crd_and_goes_to_the_status_subresource(
+    api: ApiServer, tmp_path: Path
+) -> None:
+    reporter, _ = reporter_for(api, tmp_path, Clock())
+    step(reporter, 1)
+    reporter.on_checkpoint(1, tmp_path / "step-000001")
+    reporter.close()
+    first = api.patches[0]
+    assert first["path"] == "/apis/rlhf.dev/v1alpha1/namespaces/team-a/rlhfjobs/tiny/status"
+    assert first["content_type"] == "application/merge-patch+json"
+    assert first["authorization"] == "Bearer secret-token"
+    trainer = api.status["trainer"]
+    jsonschema.validate(trainer, crd_trainer_schema())
+    assert trainer["step"] == 1 and trainer["totalSteps"] == 10 and trainer["progress"] == "1/10"
+    assert trainer["reward"] == 0.5 and trainer["metrics"] == {"reward": 0.5, "kl": 0.01}
+    assert trainer["samplesPerSecond"] == 4.0 and trainer["etaSeconds"] == 18.0
+    assert trainer["checkpoints"][0]["step"] == 1
+    assert trainer["checkpoints"][0]["path"].endswith("step-000001")
+
+
+def test_patches_are_throttled_but_the_final_step_always_goes(
+    api: ApiServer, tmp_path: Path
+) -> None:
+    clock = Clock()
+    reporter, _ = reporter_for(api, tmp_path, clock)
+    for n in range(1, 10):  # 1 s apart: one patch every 5 s at most
+        step(reporter, n)
+        clock.now += 1.0
+    assert [p["body"]["status"]["trainer"]["step"] for p in api.patches] == [1, 6]
+    step(reporter, 10)  # final: sent at once although only 4 s passed
+    assert api.patches[-1]["body"]["status"]["trainer"]["step"] == 10
+
+
+def test_close_flushes_the_last_unsent_step(api: ApiServer, tmp_path: Path) -> None:
+    clock = Clock()
+    reporter, _ = reporter_for(api, tmp_path, clock)
+    step(reporter, 1)
+    step(reporter, 2)  # throttled
+    reporter.close()
+    assert [p["body"]["status"]["trainer"]["step"] for p in api.patches] == [1, 2]
+
+
+def test_api_errors_are_logged_and_training_goes_on(
+    api: ApiServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = Clock()
+    reporter, _kube = reporter_for(api, tmp_path, clock)
+    api.fail_with = 403
+    with caplog.at_level(logging.WARNING):
+        step(reporter, 1)
+    assert "HTTP 403" in caplog.text and "training continues" in caplog.text
+    clock.now += 6.0
+    step(reporter, 2)  # within the back-off (10 s after one failure): not tried
+    assert len(api.patches) == 1
+    api.fail_with = None
+    clock.now += 10.0
+    step(reporter, 3)
+    assert api.status["trainer"]["step"] == 3
+
+
+def test_unreachable_api_server_does_not_raise(tmp_path: Path) -> None:
+    target = KubeTarget("http://127.0.0.1:9", "ns", "job", None, None)
+    reporter = Reporter([KubeStatusReporter(target, timeout=1.0)])
+    reporter.on_step(10, 10, {"reward": 1.0}, {"total": 1.0})
+    reporter.close()
+
+
+@pytest.mark.parametrize(
+    ("env", "url"),
+    [
+        ({}, None),
+        ({"RLHF_JOB_NAME": "j"}, None),
+        ({"RLHF_JOB_NAME": "j", "RLHF_JOB_NAMESPACE": "n"}, None),
+        (
+            {
+                "RLHF_JOB_NAME": "j",
+                "RLHF_JOB_NAMESPACE": "n",
+                "KUBERNETES_SERVICE_HOST": "10.0.0.1",
+                "KUBERNETES_SERVICE_PORT": "6443",
+            },
+            "https://10.0.0.1:6443/apis/rlhf.dev/v1alpha1/namespaces/n/rlhfjobs/j/status",
+        ),
+        (
+            {
+                "RLHF_JOB_NAME": "j",
+                "RLHF_JOB_NAMESPACE": "n",
+                "KUBERNETES_SERVICE_HOST": "fd00::1",
+                "KUBERNETES_SERVICE_PORT": "443",
+            },
+            "https://[fd00::1]:443/apis/rlhf.dev/v1alpha1/namespaces/n/rlhfjobs/j/status",
+        ),
+        (
+            {"RLHF_JOB_NAME": "j", "RLHF_JOB_NAMESPACE": "n", "RLHF_KUBE_API_URL": "http://x:1/"},
+            "http://x:1/apis/rlhf.dev/v1alpha1/namespaces/n/rlhfjobs/j/status",
+        ),
+    ],
+    ids=["no-env", "no-namespace", "no-api-server", "in-cluster", "in-cluster-ipv6", "override"],
+)
+def test_target_from_env(env: dict[str, str], url: str | None) -> None:
+    target = target_from_env(env)
+    assert (target.status_url if target else None) == url
