@@ -162,6 +162,11 @@ class ApiServer:
         raw = await request.read()
         if not raw:
             return None
+        if "protobuf" in request.content_type or "cbor" in request.content_type:
+            # JSON only; client-go (kubectl) then retries the request as JSON.
+            raise errors.unsupported_media_type(
+                request.content_type, ["application/json", "application/yaml"]
+            )
         try:
             if yaml_allowed or "yaml" in request.content_type:
                 return yaml.safe_load(raw)

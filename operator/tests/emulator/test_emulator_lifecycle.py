@@ -378,3 +378,11 @@ async def test_the_shared_fixture_serves_the_project_crds(
     assert {"rayjobs.ray.io", "rayclusters.ray.io"} <= served
     assert ("rlhfjobs.rlhf.dev" in served) == OUR_CRD.exists()
     assert emulator.kubeconfig is not None and emulator.kubeconfig.exists()
+
+
+async def test_protobuf_bodies_are_415(api: Api) -> None:
+    """JSON only: kubectl >= 1.35 `create configmap` sends protobuf and gets this answer."""
+    reply = await api.request(
+        "POST", CM_PATH, "k8s\x00", content_type="application/vnd.kubernetes.protobuf"
+    )
+    assert reply.status == 415 and reply.body["reason"] == "UnsupportedMediaType"
