@@ -160,7 +160,8 @@ class Controller:
     async def _pass(self, key: Key, body: JSON) -> Decision:
         observed = await self._observe(key, body)
         decision = decide(body, observed, self.settings, self.clock())
-        outcomes = await self._apply(key, decision.apply, observed)
+        probably_new = not body.get("status") and not observed.ray_jobs
+        outcomes = await self._apply(key, decision.apply, observed, probably_new)
         conflicts = tuple(
             f"{a.obj['kind']} {a.obj['metadata']['name']}"
             for a in outcomes
@@ -242,19 +243,17 @@ class Controller:
         return self._blockers[key]
 
     async def _apply(
-        self, key: Key, desired: Iterable[Desired], observed: Observed
+        self, key: Key, desired: Iterable[Desired], observed: Observed, probably_new: bool
     ) -> list[Applied]:
-        present = {o.name for o in observed.ray_jobs if not o.deleting}
         outcomes: list[Applied] = []
         for child in desired:
             cache_key = (key[0], child.kind, child.name)
             digest = desired_hash(child.obj) + repr(child.preserve)
-            cached = self._applied.get(cache_key) == digest
-            if cached and (child.kind != "RayJob" or child.name in present):
-                continue
+            if self._applied.get(cache_key) == digest:
+                continue  # applied before with this content (a deleted RayJob is forgotten)
             if child.kind == "RayJob" and any(a.outcome is Outcome.CONFLICT for a in outcomes):
                 continue  # its pods would use another controller's objects
-            applied = await apply(self.api, child)
+            applied = await apply(self.api, child, probably_new=probably_new)
             self.metrics.children.labels(child.kind, applied.outcome.value).inc()
             outcomes.append(applied)
             if applied.outcome is Outcome.CONFLICT:
@@ -316,6 +315,10 @@ class Controller:
         except Exception:  # a timer has nobody to report to but the log
             logger.exception("reconcile %s/%s (timer) failed", *key)
             self.schedule(key, self.settings.api_retry_seconds)
+
+    def child_deleted(self, namespace: str, kind: str, name: str) -> None:
+        """A watched child went away: apply it again when it is still desired."""
+        self._applied.pop((namespace, kind, name), None)
 
     def forget(self, key: Key) -> None:
         """Drop what is remembered about a deleted job."""

@@ -83,7 +83,11 @@ def register(
         await _quietly(controller, body, "job-event")
 
     @kopf.on.event("ray.io", "v1", "rayjobs", labels={JOB_LABEL: kopf.PRESENT}, registry=registry)
-    async def ray_job_event(namespace: str | None, labels: kopf.Labels, **_: Any) -> None:
+    async def ray_job_event(
+        type: str, namespace: str | None, name: str, labels: kopf.Labels, **_: Any
+    ) -> None:
+        if type == "DELETED":
+            controller.child_deleted(namespace or "", "RayJob", name)
         owner = controller.job_body((namespace or "", labels[JOB_LABEL]))
         if owner is not None:
             await _quietly(controller, owner, "rayjob-event")

@@ -271,10 +271,12 @@ def _content(obj: Mapping[str, Any]) -> JSON:
     return out
 
 
-async def apply(api: KubeApi, desired: Desired) -> Applied:
+async def apply(api: KubeApi, desired: Desired, *, probably_new: bool = False) -> Applied:
+    """Create, update, adopt or leave alone. `probably_new` (a job seen for the first time)
+    tries the create first, saving a GET per child in the common case; a 409 falls back."""
     want = desired.obj
     digest = desired_hash(_without(want, desired.preserve))
-    existing = await api.get(want)
+    existing = None if probably_new else await api.get(want)
     if existing is None:
         body = copy.deepcopy(want)
         body["metadata"].setdefault("annotations", {})[HASH_ANNOTATION] = digest

@@ -19,10 +19,10 @@ from rlhf_trainer.config.loading import NAME_MAX_LENGTH, NAME_PATTERN
 
 from .api.v1alpha1 import ConditionReason, ConditionType, RLHFJob, RLHFJobStatus, TrainerReport
 from .builders.children import render_children
-from .builders.common import JSON, BuildError
+from .builders.common import JSON, BuildError, trainer_image
 from .events import Event, transition_events
 from .observed import Observed
-from .placement import PlacementError
+from .placement import PlacementError, plan
 from .settings import OperatorSettings
 from .status import compute_status, invalid_status, is_finished, parse_time
 
@@ -138,7 +138,8 @@ def decide(
         return _invalid(body, prev, trainer, observed, ConditionReason.SPEC_INVALID, problems, now)
     job = RLHFJob.model_validate({**body, "status": prev.to_manifest() if prev else None})
     try:
-        render_children(job, settings)
+        plan(job.spec)  # the builders' only other failure is the image, checked next
+        trainer_image(job, settings)
     except PlacementError as err:
         reason = ConditionReason.PLACEMENT_IMPOSSIBLE
         return _invalid(body, prev, trainer, observed, reason, [str(err)], now)
