@@ -1,0 +1,107 @@
+"""Operator settings from the environment (the names the Helm chart sets), kopf's settings,
+and the `rlhf-operator render` command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import kopf
+import pytest
+import yaml
+
+from rlhf_operator.cli import main
+from rlhf_operator.settings import OperatorSettings, SettingsError, configure_kopf
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def test_defaults() -> None:
+    s = OperatorSettings.from_env({})
+    assert (s.namespaces, s.clusterwide, s.metrics_port, s.health_port) == ((), True, 8080, 8081)
+    assert s.peering is None and s.default_trainer_image is None and s.log_level == "INFO"
+    assert s.liveness_endpoint == "http://0.0.0.0:8081/healthz"
+
+
+def test_every_helm_variable() -> None:
+    s = OperatorSettings.from_env(
+        {
+            "RLHF_OPERATOR_NAMESPACES": " team-a, team-b ,,",
+            "RLHF_OPERATOR_DEFAULT_TRAINER_IMAGE": "ghcr.io/x/trainer:1",
+            "RLHF_OPERATOR_METRICS_PORT": "9090",
+            "RLHF_OPERATOR_HEALTH_PORT": "9091",
+            "RLHF_OPERATOR_PEERING": "rlhf-operator",
+            "RLHF_OPERATOR_LOG_LEVEL": "debug",
+        }
+    )
+    assert s.namespaces == ("team-a", "team-b") and not s.clusterwide
+    assert (s.default_trainer_image, s.metrics_port, s.health_port) == (
+        "ghcr.io/x/trainer:1",
+        9090,
+        9091,
+    )
+    assert (s.peering, s.log_level) == ("rlhf-operator", "DEBUG")
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"RLHF_OPERATOR_METRICS_PORT": "http"}, "RLHF_OPERATOR_METRICS_PORT: must be an integer"),
+        ({"RLHF_OPERATOR_HEALTH_PORT": "70000"}, "RLHF_OPERATOR_HEALTH_PORT: must be a TCP port"),
+        ({"RLHF_OPERATOR_LOG_LEVEL": "chatty"}, "RLHF_OPERATOR_LOG_LEVEL: must be one of"),
+        ({"RLHF_OPERATOR_API_RETRY_SECONDS": "-1"}, "RLHF_OPERATOR_API_RETRY_SECONDS: must be > 0"),
+    ],
+    ids=["port-not-a-number", "port-out-of-range", "unknown-log-level", "negative-delay"],
+)
+def test_bad_values_name_the_variable(env: dict[str, str], message: str) -> None:
+    with pytest.raises(SettingsError, match=message):
+        OperatorSettings.from_env(env)
+
+
+def test_kopf_settings_keep_kopf_out_of_status() -> None:
+    kopf_settings = kopf.OperatorSettings()
+    configure_kopf(kopf_settings, OperatorSettings(instance="pod-1"))
+    persistence = kopf_settings.persistence
+    assert persistence.finalizer == "rlhf.dev/finalizer"
+    assert isinstance(persistence.progress_storage, kopf.AnnotationsProgressStorage)
+    assert persistence.progress_storage.prefix == "rlhf.dev"
+    assert isinstance(persistence.diffbase_storage, kopf.AnnotationsDiffBaseStorage)
+    assert persistence.diffbase_storage.prefix == "rlhf.dev"
+    assert kopf_settings.posting.reporting_component == "rlhf-operator"
+    assert kopf_settings.posting.reporting_instance == "pod-1"
+    assert kopf_settings.watching.server_timeout == 270.0
+    assert kopf_settings.peering.standalone is True
+
+
+def test_peering_gets_distinct_priorities() -> None:
+    priorities = set()
+    for _ in range(5):
+        kopf_settings = kopf.OperatorSettings()
+        configure_kopf(kopf_settings, OperatorSettings(peering="rlhf", namespaces=("a",)))
+        assert (kopf_settings.peering.name, kopf_settings.peering.standalone) == ("rlhf", False)
+        assert kopf_settings.peering.mandatory and not kopf_settings.peering.clusterwide
+        priorities.add(kopf_settings.peering.priority)
+    assert len(priorities) > 1  # two replicas: one works, the other waits
+
+
+def test_render_prints_every_child(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["render", str(FIXTURES / "ppo-7b-paper.yaml"), "--namespace", "ns1"]) == 0
+    objects = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert [o["kind"] for o in objects] == [
+        "ServiceAccount",
+        "Role",
+        "RoleBinding",
+        "ConfigMap",
+        "PersistentVolumeClaim",
+        "RayJob",
+    ]
+    assert {o["metadata"]["namespace"] for o in objects} == {"ns1"}
+
+
+def test_render_without_image_fails_with_the_field(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("RLHF_OPERATOR_DEFAULT_TRAINER_IMAGE", raising=False)
+    example = FIXTURES / "grpo-hybrid-reward-fn.yaml"
+    assert main(["render", str(example)]) == 1
+    assert "spec.image: no trainer image" in capsys.readouterr().err
+    assert main(["render", str(example), "--image", "trainer:1"]) == 0
