@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from transformers import LlamaForSequenceClassification
+
 from rlhf_trainer.config import ModelSource, RandomInit
 from rlhf_trainer.models.loading import (
     ModelLoadError,
@@ -21,7 +23,6 @@ from rlhf_trainer.models.value import (
     last_real_token_index,
     score_with_model,
 )
-from transformers import LlamaForSequenceClassification
 
 SMALL = RandomInit(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, vocab_size=300)
 

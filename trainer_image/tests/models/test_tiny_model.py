@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
+from transformers import AutoTokenizer, LlamaForCausalLM, LlamaForSequenceClassification
+
 from rlhf_trainer.config import RandomInit
 from rlhf_trainer.models.tiny import BUILD_MARKER, build_tiny_model
 from rlhf_trainer.models.tokenizer import CHAT_TEMPLATE, train_tokenizer
-from transformers import AutoTokenizer, LlamaForCausalLM, LlamaForSequenceClassification
 
 SMALL = RandomInit(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, vocab_size=300)
 
@@ -52,6 +55,20 @@ def test_same_spec_gives_identical_files_and_other_seed_differs(tmp_path: Path) 
         assert digest(a / name) == digest(b / name), name
     assert digest(a / "model.safetensors") != digest(c / "model.safetensors")
     assert digest(a / "tokenizer.json") == digest(c / "tokenizer.json")  # corpus-only
+
+
+def test_another_process_builds_the_same_files(tmp_path: Path) -> None:
+    # Ray actors on other nodes build their own copy: it must be byte-identical.
+    here = build_tiny_model(SMALL, tmp_path / "here")
+    code = (
+        "import sys; from pathlib import Path; from rlhf_trainer.config import RandomInit;"
+        "from rlhf_trainer.models.tiny import build_tiny_model;"
+        f"build_tiny_model(RandomInit.model_validate_json({SMALL.model_dump_json()!r}),"
+        " Path(sys.argv[1]))"
+    )
+    subprocess.run([sys.executable, "-c", code, str(tmp_path / "there")], check=True)
+    for name in ("model.safetensors", "tokenizer.json", "config.json"):
+        assert digest(here / name) == digest(tmp_path / "there" / name), name
 
 
 def test_complete_build_is_reused_and_foreign_dir_is_refused(tmp_path: Path) -> None:

@@ -105,6 +105,11 @@ def score_with_model(model: ValueModel, input_ids: Tensor, attention_mask: Tenso
 
 def init_value_head(head: nn.Linear, seed: int = 0) -> None:
     """Fresh head for a critic built from a causal LM: N(0, 1/(hidden+1)), zero bias, seeded."""
+    if head.weight.numel() == 0:
+        raise RuntimeError(
+            "the value head's weight is partitioned (DeepSpeed ZeRO-3 zero.Init); load the "
+            "value model before deepspeed.initialize, which partitions it afterwards"
+        )
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         std = 1.0 / (head.in_features + 1)
