@@ -65,7 +65,9 @@ def kube_api() -> Iterator[ApiServer]:
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     api.url = f"http://127.0.0.1:{server.server_address[1]}"
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    ).start()
     try:
         yield api
     finally:
