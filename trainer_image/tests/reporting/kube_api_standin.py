@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import ssl
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,7 +33,8 @@ def _merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
 
 
 @contextmanager
-def kube_api() -> Iterator[ApiServer]:
+def kube_api(tls: ssl.SSLContext | None = None) -> Iterator[ApiServer]:
+    """The stand-in on a free local port; HTTPS when given a server TLS context."""
     api = ApiServer()
 
     class Handler(BaseHTTPRequestHandler):
@@ -64,7 +66,11 @@ def kube_api() -> Iterator[ApiServer]:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    api.url = f"http://127.0.0.1:{server.server_address[1]}"
+    scheme = "http"
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
+        scheme = "https"
+    api.url = f"{scheme}://127.0.0.1:{server.server_address[1]}"
     threading.Thread(
         target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
     ).start()

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import copy
 import logging
+import shutil
+import ssl
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -163,3 +166,48 @@ def test_unreachable_api_server_does_not_raise(tmp_path: Path) -> None:
 def test_target_from_env(env: dict[str, str], url: str | None) -> None:
     target = target_from_env(env)
     assert (target.status_url if target else None) == url
+
+
+def self_signed(tmp_path: Path) -> tuple[Path, Path]:
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is needed to make a test certificate and is not installed")
+    cert, key = tmp_path / "ca.crt", tmp_path / "tls.key"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=kube-api-standin",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
+
+
+def test_https_with_the_service_account_ca(tmp_path: Path) -> None:
+    cert, key = self_signed(tmp_path)
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(cert, key)
+    with kube_api(tls) as api:
+        env = {"RLHF_JOB_NAME": "j", "RLHF_JOB_NAMESPACE": "n", "RLHF_KUBE_API_URL": api.url}
+        trusted = target_from_env({**env, "RLHF_KUBE_CA_FILE": str(cert)})
+        assert trusted is not None and trusted.ca_file == cert
+        assert KubeStatusReporter(trusted).patch({"step": 1})
+        assert api.status == {"trainer": {"step": 1}}
+        # Without the cluster's CA the server is not trusted: reported as a failure, no raise.
+        untrusted = KubeTarget(api.url, "n", "j", None, None)
+        assert not KubeStatusReporter(untrusted).patch({"step": 2})
+        assert api.status == {"trainer": {"step": 1}}
