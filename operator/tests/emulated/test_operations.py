@@ -44,7 +44,13 @@ async def test_metrics_and_liveness(cluster: Cluster) -> None:
         )
         status, text = await _get(f"http://127.0.0.1:{health_port}/healthz")
         assert status == 200
-        status, text = await _get(f"http://127.0.0.1:{metrics_port}/metrics")
+        metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
+        # Read from the operator's watch cache, which may be a moment behind the server.
+        for _ in range(50):
+            status, text = await _get(metrics_url)
+            if 'rlhf_operator_jobs{phase="Provisioning"} 2.0' in text:
+                break
+            await asyncio.sleep(0.1)
         assert status == 200
         assert 'rlhf_operator_jobs{phase="Provisioning"} 2.0' in text
         assert 'rlhf_operator_jobs{phase="Failed"} 0.0' in text
