@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import queue
 import subprocess
 import sys
@@ -35,12 +36,23 @@ class RewardFunctionTimeout(RewardFunctionError):
     pass
 
 
+def _worker_env() -> dict[str, str]:
+    # The worker imports this package: make sure it finds the same copy as this process, even
+    # when that copy is on sys.path only (a source checkout, a Ray runtime_env working_dir).
+    package_root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ)
+    paths = [package_root, *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    return env
+
+
 class _Worker:
     """One worker process with a reader thread that turns its stdout into a queue of replies."""
 
     def __init__(self, path: Path) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", WORKER_MODULE, str(path)],
+            env=_worker_env(),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
