@@ -65,12 +65,17 @@ class RayJobObservation:
     start_time: str | None = None
     end_time: str | None = None
     deleting: bool = False
+    # The RayCluster as KubeRay mirrors it into the RayJob (status.rayClusterStatus).
+    cluster_state: str | None = None
+    ready_workers: int | None = None
+    desired_workers: int | None = None
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> RayJobObservation:
         meta = obj.get("metadata") or {}
         spec = obj.get("spec") or {}
         status = obj.get("status") or {}
+        cluster = status.get("rayClusterStatus") or {}
         try:
             attempt = int((meta.get("labels") or {}).get(ATTEMPT_LABEL, "0"))
         except ValueError:
@@ -90,6 +95,9 @@ class RayJobObservation:
             start_time=status.get("startTime"),
             end_time=status.get("endTime"),
             deleting=bool(meta.get("deletionTimestamp")),
+            cluster_state=cluster.get("state"),
+            ready_workers=cluster.get("readyWorkerReplicas"),
+            desired_workers=cluster.get("desiredWorkerReplicas"),
         )
 
     @property
@@ -109,6 +117,14 @@ class RayJobObservation:
             self.deployment_status is DeploymentStatus.COMPLETE
             and self.job_status in {RayJobStatus.FAILED, RayJobStatus.STOPPED}
         )
+
+    @property
+    def cluster_progress(self) -> str:
+        """`Ray cluster x: 1/2 workers ready` (as far as KubeRay has reported)."""
+        name = self.cluster_name or "(not created yet)"
+        if self.desired_workers is None:
+            return f"Ray cluster {name}"
+        return f"Ray cluster {name}: {self.ready_workers or 0}/{self.desired_workers} workers ready"
 
     @property
     def failure(self) -> str:

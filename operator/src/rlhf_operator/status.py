@@ -279,15 +279,16 @@ class _Machine:
         c.set(ConditionType.ADMITTED, T, R.RAY_JOB_CREATED, admitted)
         status = current.deployment_status
         if status is DeploymentStatus.RUNNING:
-            c.set(ConditionType.CLUSTER_READY, T, R.CLUSTER_READY, current.cluster_name or "")
+            c.set(ConditionType.CLUSTER_READY, T, R.CLUSTER_READY, current.cluster_progress)
             c.set(ConditionType.RUNNING, T, R.TRAINING, f"attempt {attempt}")
             return Phase.RUNNING, "training"
         if status in {DeploymentStatus.SUSPENDING, DeploymentStatus.SUSPENDED}:
             # Resumed by the user; KubeRay has not started the new cluster yet.
             c.set(ConditionType.CLUSTER_READY, F, R.CLUSTER_PROVISIONING, "resuming")
             return Phase.PROVISIONING, "resuming: waiting for KubeRay to start a Ray cluster"
-        detail = status if status in _IN_PROGRESS else f"unknown KubeRay state {status!r}"
-        c.set(ConditionType.CLUSTER_READY, F, R.CLUSTER_PROVISIONING, str(detail) or "New")
+        state = (str(status) or "New") if status in _IN_PROGRESS else f"unknown state {status!r}"
+        detail = f"{current.cluster_progress} (RayJob {state})"
+        c.set(ConditionType.CLUSTER_READY, F, R.CLUSTER_PROVISIONING, detail)
         c.set(ConditionType.RUNNING, F, R.CLUSTER_PROVISIONING, "waiting for the Ray cluster")
         return Phase.PROVISIONING, "starting the Ray cluster"
 

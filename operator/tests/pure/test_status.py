@@ -237,6 +237,16 @@ def test_status_table(row: Row) -> None:
     assert status.allocation is not None and status.total_gpus == status.allocation.total_gpus
 
 
+def test_cluster_progress_from_the_mirrored_raycluster_status() -> None:
+    cluster = {"state": "", "readyWorkerReplicas": 1, "desiredWorkerReplicas": 2}
+    observed = Observed.of(
+        [ray_job(0, "Initializing", rayClusterName="ppo-7b-r0-abcde", rayClusterStatus=cluster)]
+    )
+    status = decide(job_body(), observed, SETTINGS, NOW).status
+    ready = {c.type: c for c in status.conditions}[ConditionType.CLUSTER_READY]
+    assert ready.message == ("Ray cluster ppo-7b-r0-abcde: 1/2 workers ready (RayJob Initializing)")
+
+
 def test_missing_dependency_waits_without_a_rayjob() -> None:
     decision = decide(
         job_body(),
