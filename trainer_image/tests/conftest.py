@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from rlhf_trainer.config import RandomInit
 
 # Nothing can be downloaded here: fail fast on a Hub id instead of retrying for a minute.
