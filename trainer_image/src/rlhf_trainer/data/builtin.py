@@ -9,7 +9,7 @@ registered as a builtin reward function of the same name (`rlhf_trainer.rewards.
     (so "a" alone scores 1/8 and "a a a a a a a a" scores 1). The signal is dense (every right
     token counts) and conditional (the letter comes from the prompt), so a random-init 2-layer,
     hidden-64 Llama learns it within ~60 GRPO steps on 2 CPU cores with two letters; more letters
-    make it harder (four take a few hundred steps).
+    make it harder (four letters: mean reward ~0.75 after 200 steps).
 """
 
 from __future__ import annotations
