@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 from helm_tool import REPO, kubectl_kustomize
+
 from support.crd_schema import CRDValidator
 
 lupa_lua51 = pytest.importorskip("lupa.lua51", reason="lupa (dev extra) runs the Lua check")

@@ -21,6 +21,7 @@ from helm_tool import (
     parse_manifests,
 )
 from scenarios import NAMESPACED, SCENARIOS
+
 from support.crd_schema import validator_for_crd
 
 # The operator's configuration contract (rlhf_operator settings): these and only these.

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from corpus import base_manifest, invalid_cases, names_field
 
+from corpus import base_manifest, invalid_cases, names_field
 from rlhf_trainer.config import load_document, load_file
 
 REPO = Path(__file__).resolve().parents[2]

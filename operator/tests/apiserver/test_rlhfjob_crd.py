@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from corpus import InvalidCase, base_manifest, invalid_cases
 
 from .client import ApiClient, ApiResult, load_manifests

@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 from aiohttp import web
+
 from support.crd_schema import load_yaml_documents
 
 from .accounting import Faults, RequestLog

@@ -9,6 +9,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from rlhf_trainer.algos.kl import AdaptiveKLController, FixedKLController, kl_estimate
 
 # logp = log 0.5, ref_logp = log 0.25: log-ratio log 2.

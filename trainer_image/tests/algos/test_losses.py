@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from rlhf_trainer.algos.losses import (
     aggregate_loss,
     dpo_loss,

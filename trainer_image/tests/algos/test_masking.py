@@ -9,6 +9,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from rlhf_trainer.algos.masking import (
     last_token_mask,
     masked_count,
