@@ -104,6 +104,8 @@ class Controller:
         self.ray_jobs: Mapping[Any, Any] = {}  # kopf index: (ns, job) -> [RayJob bodies]
         self._locks: defaultdict[Key, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._applied: dict[tuple[str, str, str], str] = {}
+        # Children the API server rejected: (content hash, retry after, the error).
+        self._rejected: dict[tuple[str, str, str], tuple[str, float, ApiError]] = {}
         self._blockers: dict[Key, Blockers] = {}
         self._latest: dict[Key, JSON] = {}
         self._timers: dict[Key, asyncio.TimerHandle] = {}
@@ -139,11 +141,16 @@ class Controller:
             except ApiError as err:
                 self.metrics.reconcile_errors.labels(trigger, f"http-{err.status}").inc()
                 logger.warning("reconcile %s/%s (%s): %s", *key, trigger, err)
+                # A rejected request (e.g. an admission webhook's 4xx) will not pass on its
+                # own soon: look again slowly instead of hammering the API server.
+                delay = (
+                    self.settings.api_retry_seconds
+                    if err.transient
+                    else self.settings.rejected_retry_seconds
+                )
                 if for_kopf:
-                    raise kopf.TemporaryError(
-                        str(err), delay=self.settings.api_retry_seconds
-                    ) from err
-                self.schedule(key, self.settings.api_retry_seconds)
+                    raise kopf.TemporaryError(str(err), delay=delay) from err
+                self.schedule(key, delay)
                 return None
             finally:
                 self.metrics.reconcile_seconds.labels(trigger).observe(time.monotonic() - started)
@@ -253,7 +260,17 @@ class Controller:
                 continue  # applied before with this content (a deleted RayJob is forgotten)
             if child.kind == "RayJob" and any(a.outcome is Outcome.CONFLICT for a in outcomes):
                 continue  # its pods would use another controller's objects
-            applied = await apply(self.api, child, probably_new=probably_new)
+            rejected = self._rejected.get(cache_key)
+            if rejected is not None and rejected[0] == digest and time.monotonic() < rejected[1]:
+                raise rejected[2]  # the server said no to exactly this: do not ask again yet
+            try:
+                applied = await apply(self.api, child, probably_new=probably_new)
+            except ApiError as err:
+                if not err.transient:
+                    until = time.monotonic() + self.settings.rejected_retry_seconds
+                    self._rejected[cache_key] = (digest, until, err)
+                raise
+            self._rejected.pop(cache_key, None)
             self.metrics.children.labels(child.kind, applied.outcome.value).inc()
             outcomes.append(applied)
             if applied.outcome is Outcome.CONFLICT:
@@ -330,8 +347,9 @@ class Controller:
         lock = self._locks.get(key)
         if lock is not None and not lock.locked():
             del self._locks[key]
-        for cache_key in [k for k in self._applied if k[0] == key[0] and _owned_by(k[2], key[1])]:
-            del self._applied[cache_key]
+        for cache in (self._applied, self._rejected):
+            for cache_key in [k for k in cache if k[0] == key[0] and _owned_by(k[2], key[1])]:
+                del cache[cache_key]
 
     async def close(self) -> None:
         for timer in self._timers.values():

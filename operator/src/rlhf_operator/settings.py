@@ -52,6 +52,8 @@ class OperatorSettings:
     # ConfigMap or PVC), and after a transient API error.
     dependency_retry_seconds: float = 30.0
     api_retry_seconds: float = 5.0
+    # After a request the API server rejected (a 4xx other than conflicts).
+    rejected_retry_seconds: float = 60.0
     # Watch timeouts: the server closes each watch after ~server_timeout; the client gives
     # up on a silent connection after client_timeout and reconnects.
     watch_server_timeout: float = 270.0
@@ -96,6 +98,9 @@ class OperatorSettings:
                 get, "DEPENDENCY_RETRY_SECONDS", defaults.dependency_retry_seconds
             ),
             api_retry_seconds=_seconds(get, "API_RETRY_SECONDS", defaults.api_retry_seconds),
+            rejected_retry_seconds=_seconds(
+                get, "REJECTED_RETRY_SECONDS", defaults.rejected_retry_seconds
+            ),
             watch_server_timeout=_seconds(
                 get, "WATCH_SERVER_TIMEOUT", defaults.watch_server_timeout
             ),

@@ -207,3 +207,17 @@ async def test_operator_killed_mid_reconcile_converges_after_restart_without_dup
         )  # r0 and r1 once each
     finally:
         third.stop()
+
+
+async def test_a_rejected_update_is_not_retried_in_a_hot_loop(operator: Cluster) -> None:
+    c = operator
+    c.create(ppo_manifest("ppo-rej"))
+    await c.until(lambda: c.ray_jobs("ppo-rej"), "RayJob")
+    c.k8s.faults.add(
+        "update", RAYJOBS, code=422, reason="Invalid", message="webhook says no", times=None
+    )
+    mark = c.k8s.requests.mark()
+    c.edit_spec("ppo-rej", {"placement": {"priorityClassName": "other"}})
+    await asyncio.sleep(2.0)
+    assert c.k8s.requests.count("update", RAYJOBS, since=mark) == 1
+    c.k8s.faults.clear()
