@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
+
 from emulator import Emulator
 
 from .harness import Cluster, operator_running

@@ -17,8 +17,8 @@ from typing import Any
 
 import aiohttp
 import yaml
-from emulator import Emulator
 
+from emulator import Emulator
 from rlhf_operator.runner import run_operator
 from rlhf_operator.settings import OperatorSettings
 

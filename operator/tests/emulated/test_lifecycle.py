@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import kubernetes_validate
+
 from pure.kuberay import rayjob_errors
 
 from .harness import Cluster, manifest, ppo_manifest

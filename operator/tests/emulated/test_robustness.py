@@ -7,6 +7,7 @@ import pathlib
 from typing import Any
 
 import pytest
+
 from emulator import Emulator
 
 from .harness import RAYJOBS, RLHFJOBS, Cluster, ppo_manifest, start_operator_process

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from support.crd_schema import CRDValidator, load_yaml_documents, validator_for_crd
 
 KUBERAY_CRDS = Path(

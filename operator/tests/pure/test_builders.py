@@ -194,7 +194,16 @@ def test_cpu_device_pods_request_no_gpus() -> None:
     [workers] = ray_job["spec"]["rayClusterSpec"]["workerGroupSpecs"]
     limits = workers["template"]["spec"]["containers"][0]["resources"]["limits"]
     assert limits == {"cpu": "1000m", "memory": "3Gi"}
-    assert workers["rayStartParams"] == {"num-gpus": "0"}
+    # No GPU is requested from Kubernetes; Ray gets logical ones for the trainer's bundles.
+    assert workers["rayStartParams"] == {"num-gpus": "2"}
+
+
+def test_cpu_device_with_a_custom_ray_resource() -> None:
+    job = make_job(placement={"device": "cpu", "rayResource": "GPU-like", "gpusPerNode": 8})
+    ray_job = render_children(job, SETTINGS).ray_job
+    [workers] = ray_job["spec"]["rayClusterSpec"]["workerGroupSpecs"]
+    assert workers["rayStartParams"] == {"num-gpus": "0", "resources": "'{\"GPU-like\": 5}'"}
+    assert rayjob_errors(ray_job) == []
 
 
 def test_no_image_anywhere_names_the_field_and_the_setting() -> None:

@@ -159,12 +159,19 @@ def _worker_resources(job: RLHFJob, devices: int) -> JSON:
 
 
 def _worker_start_params(job: RLHFJob, devices: int) -> dict[str, str]:
-    """`ray start` flags; KubeRay wants every value as a string."""
+    """`ray start` flags; KubeRay wants every value as a string.
+
+    Each trainer rank asks Ray for one unit of `placement.rayResource`, so every worker pod
+    advertises one unit per device it has: real GPUs as `num-gpus`, a custom resource name in
+    `resources`. On CPU pods with the default name `GPU`, the GPUs are logical (Ray's bookkeeping
+    only), exactly as the trainer declares them when it starts Ray on a laptop.
+    """
     p = job.spec.placement
-    params = {"num-gpus": str(devices if p.device is Device.GPU else 0)}
-    if p.ray_resource != "GPU":
-        # The trainer asks Ray for `rayResource` per rank; advertise it. KubeRay pastes the
-        # value into a shell command, hence the single quotes around the JSON.
+    custom = p.ray_resource != "GPU"
+    logical_gpus = p.device is Device.GPU or not custom
+    params = {"num-gpus": str(devices if logical_gpus else 0)}
+    if custom:
+        # KubeRay pastes the value into a shell command, hence the single quotes.
         params["resources"] = "'" + json.dumps({p.ray_resource: devices}) + "'"
     return params
 
