@@ -216,10 +216,10 @@ class Cluster:
     def reasons(self, job: str) -> list[str]:
         return [e.reason for e in self.k8s.events(self.namespace, about=job)]
 
-    async def until(self, predicate: Callable[[], Any], what: str, timeout: float = 10.0) -> Any:
+    async def until(self, predicate: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
         return await self.k8s.wait_for(predicate, timeout=timeout, what=what)
 
-    async def phase(self, name: str, phase: str, timeout: float = 10.0) -> dict[str, Any]:
+    async def phase(self, name: str, phase: str, timeout: float = 20.0) -> dict[str, Any]:
         status: dict[str, Any] = await self.until(
             lambda: (s := self.status(name)).get("phase") == phase and copy.deepcopy(s),
             f"{name} phase {phase} (now {self.status(name).get('phase')})",

@@ -64,7 +64,7 @@ async def test_missing_reward_configmap_waits_then_proceeds(operator: Cluster) -
     assert "RayJob" not in c.children("grpo-w")
     reward_code = {"f.py": "def reward_func(queries, prompts, labels): ..."}
     c.k8s.create("configmaps", {"metadata": {"name": "rf"}, "data": reward_code}, "default")
-    await c.until(lambda: c.ray_jobs("grpo-w"), "RayJob once the ConfigMap exists", timeout=8)
+    await c.until(lambda: c.ray_jobs("grpo-w"), "RayJob once the ConfigMap exists", timeout=20)
 
 
 async def test_deleting_the_job_removes_children_but_keeps_retained_checkpoints(
@@ -152,7 +152,7 @@ async def test_operator_killed_mid_reconcile_converges_after_restart_without_dup
                 and k8s.requests.count("create", RAYJOBS) >= jobs
             ),
             "children but no RayJobs yet",
-            timeout=30,
+            timeout=60,
         )
     finally:
         first.kill()  # SIGKILL: no cleanup, no goodbye
@@ -162,7 +162,7 @@ async def test_operator_killed_mid_reconcile_converges_after_restart_without_dup
     # 2. A new operator finishes the job: every RayJob exists once, nothing twice.
     second = start_operator_process(k8s.kubeconfig, log)
     try:
-        await c.until(lambda: all(c.ray_jobs(n) for n in names), "RayJobs created", timeout=30)
+        await c.until(lambda: all(c.ray_jobs(n) for n in names), "RayJobs created", timeout=60)
         # 3. Attempt 0 fails everywhere; the status write of the retry fails, so the
         #    operator dies having created attempt 1 but not having recorded restarts=1.
         k8s.faults.add("patch", f"{RLHFJOBS}/status", code=500, times=None)
@@ -171,7 +171,7 @@ async def test_operator_killed_mid_reconcile_converges_after_restart_without_dup
         await c.until(
             lambda: all(c.k8s.find(RAYJOBS, f"{n}-r1", "default") for n in names),
             "attempt 1 created",
-            timeout=30,
+            timeout=60,
         )
     finally:
         second.kill()
@@ -186,7 +186,7 @@ async def test_operator_killed_mid_reconcile_converges_after_restart_without_dup
                 for n in names
             ),
             "status converged",
-            timeout=30,
+            timeout=60,
         )
         await asyncio.sleep(1.0)  # give a wrong decision time to show up
         children = _all_children(k8s)

@@ -112,7 +112,7 @@ async def test_deadline_stops_the_job(operator: Cluster) -> None:
     c.create(ppo_manifest("ppo-d", runPolicy={"activeDeadlineSeconds": 2}))
     await c.until(lambda: c.ray_jobs("ppo-d"), "RayJob")
     c.kuberay("ppo-d-r0", jobDeploymentStatus="Running", jobStatus="RUNNING")
-    await c.phase("ppo-d", "Failed", timeout=8)
+    await c.phase("ppo-d", "Failed", timeout=20)
     assert c.conditions("ppo-d")["Failed"] == ("True", "DeadlineExceeded")
     await c.until(lambda: not c.ray_jobs("ppo-d"), "RayJob deleted (cluster freed)")
 
@@ -122,5 +122,5 @@ async def test_ttl_after_finished_deletes_the_job_and_its_children(operator: Clu
     c.create(ppo_manifest("ppo-t", runPolicy={"ttlSecondsAfterFinished": 1}))
     await c.until(lambda: c.ray_jobs("ppo-t"), "RayJob")
     c.kuberay("ppo-t-r0", jobDeploymentStatus="Complete", jobStatus="SUCCEEDED")
-    await c.until(lambda: c.job("ppo-t") is None, "RLHFJob deleted after its TTL", timeout=8)
+    await c.until(lambda: c.job("ppo-t") is None, "RLHFJob deleted after its TTL", timeout=20)
     await c.until(lambda: c.k8s.find(RAYJOBS, "ppo-t-r0", "default") is None, "RayJob collected")
