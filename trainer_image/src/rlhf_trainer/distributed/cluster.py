@@ -77,13 +77,18 @@ def start_ray(plan: PlacementPlan, device: Device, *, address: str | None = None
                 else:
                     kwargs["resources"] = {plan.resource: plan.total_devices}
             ray.init(**{k: v for k, v in kwargs.items() if v is not None})
-    available = ray.cluster_resources().get(plan.resource, 0)
+            # Only a Ray this process started is shut down at the end (see shutdown_ray).
+            _STARTED.append(True)
+    available = ray.cluster_resources().get(plan.resource, 0)  # type: ignore[no-untyped-call]
     if available < plan.total_devices:
         raise ClusterError(
             f"the job needs {plan.total_devices} x {plan.resource} (placement below) but the Ray "
             f"cluster has {available:g}; on a CPU machine set placement.device: cpu and a custom "
             f"placement.rayResource (e.g. GPU-like)\n{plan.describe()}"
         )
+
+
+_STARTED: list[bool] = []
 
 
 def _verbose() -> bool:
@@ -93,16 +98,28 @@ def _verbose() -> bool:
 def _create_pg(group: GroupPlan, resource: str, cpus: float) -> PlacementGroup:
     key = "GPU" if resource == "GPU" else resource
     bundle = {key: 1.0, "CPU": cpus * len(group.shares)}
-    pg = placement_group([dict(bundle) for _ in range(group.devices)], strategy="PACK")
+    pg: PlacementGroup = placement_group(
+        [dict(bundle) for _ in range(group.devices)], strategy="PACK"
+    )
     try:
         ray.get(pg.ready(), timeout=PLACEMENT_TIMEOUT_S)
     except ray.exceptions.GetTimeoutError as err:
         remove_placement_group(pg)
         raise ClusterError(
             f"placement group {group.name!r} ({group.devices} x {bundle}) was not placed within "
-            f"{PLACEMENT_TIMEOUT_S:.0f} s; cluster resources: {ray.available_resources()}"
+            f"{PLACEMENT_TIMEOUT_S:.0f} s; cluster resources: {ray.available_resources()}"  # type: ignore[no-untyped-call]
         ) from err
     return pg
+
+
+def rank_threads() -> int:
+    """Torch threads per model rank on CPU: actor and critic (and the forward passes of actor,
+    reference and critic) run at the same time, so each gets half the cores; oversubscribed
+    OpenMP threads spin and slow everything down. `RLHF_THREADS_PER_RANK` overrides."""
+    override = os.environ.get("RLHF_THREADS_PER_RANK")
+    if override:
+        return max(1, int(override))
+    return max(1, (os.cpu_count() or 1) // 2)
 
 
 def model_max_length(model_dir: str) -> int:
@@ -131,7 +148,7 @@ class TrainingCluster:
         self.on_gpu = device is Device.GPU
         start_ray(self.plan, device)
         cpus = CPUS_PER_RANK[device]
-        threads = 0 if self.on_gpu else (os.cpu_count() or 1)
+        threads = 0 if self.on_gpu else rank_threads()
         env = {"TOKENIZERS_PARALLELISM": "false"}
         if threads:
             env["OMP_NUM_THREADS"] = str(threads)
@@ -174,7 +191,7 @@ class TrainingCluster:
                         "VLLM_ENABLE_V1_MULTIPROCESSING", "0"
                     )
                 },
-                args=(self._engine_settings(threads),),
+                args=(self._engine_settings(0 if self.on_gpu else os.cpu_count() or 1),),
                 distributed=False,
             )
         self.actor = group(ACTOR, ActorWorker, dirs.actor)
@@ -242,6 +259,7 @@ class TrainingCluster:
         self, prompts: list[list[int]], seeds: list[int], sampling: SamplingSettings, pad_id: int
     ) -> list[list[Generated]]:
         """`sampling.n` responses per prompt, in prompt order."""
+        extra: tuple[Any, ...]
         if self.job.rollout.engine is RolloutEngine.HF or self.engines is None:
             workers, method, extra = self.actor.workers, "generate", (sampling, pad_id)
         else:
@@ -336,14 +354,16 @@ class TrainingCluster:
 
 
 def shutdown_ray() -> None:
-    if ray.is_initialized():
+    """Stop the local Ray that `start_ray` started (a joined or pre-started one is left)."""
+    if _STARTED and ray.is_initialized():
         ray.shutdown()
+    _STARTED.clear()
 
 
 def unwrap_error(err: BaseException) -> BaseException:
     """The exception a Ray task raised (Ray wraps it in a RayTaskError), for clear messages."""
     if isinstance(err, ray.exceptions.RayTaskError):
-        cause = err.as_instanceof_cause()
+        cause = err.as_instanceof_cause()  # type: ignore[no-untyped-call]
         inner = getattr(err, "cause", None)
         return inner if isinstance(inner, BaseException) else cause
     return err

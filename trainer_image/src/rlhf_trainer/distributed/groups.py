@@ -68,12 +68,12 @@ class RoleGroup:
         distributed: bool = True,
     ) -> None:
         self.role = role
-        remote_cls = ray.remote(worker_cls)
-        self.workers = []
+        remote_cls: Any = ray.remote(worker_cls)
+        self.workers: list[Any] = []
         for rank in range(ranks):
             options = actor_options(pg, first_bundle + rank, resource, fraction, cpus, env)
             name_args = (role, rank, ranks, *args) if distributed else tuple(args)
-            self.workers.append(remote_cls.options(**options).remote(*name_args))  # type: ignore[attr-defined]
+            self.workers.append(remote_cls.options(**options).remote(*name_args))
         if distributed:
             address, port = ray.get(self.workers[0].master_address.remote())
             ray.get([w.init_distributed.remote(address, port) for w in self.workers])

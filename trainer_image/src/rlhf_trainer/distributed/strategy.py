@@ -123,10 +123,14 @@ def build_optimizer(
     if t.adam_offload and on_gpu:
         from deepspeed.ops.adam import DeepSpeedCPUAdam
 
-        return DeepSpeedCPUAdam(params, lr=lr, betas=t.adam_betas, weight_decay=t.weight_decay)
-    return torch.optim.AdamW(
+        offloaded: torch.optim.Optimizer = DeepSpeedCPUAdam(
+            params, lr=lr, betas=t.adam_betas, weight_decay=t.weight_decay
+        )
+        return offloaded
+    adamw = torch.optim.AdamW(
         params, lr=lr, betas=t.adam_betas, weight_decay=t.weight_decay, foreach=False
     )
+    return adamw
 
 
 def init_train_engine(

@@ -66,7 +66,7 @@ class VLLMEngine:
             kwargs["kv_cache_memory_bytes"] = settings.kv_cache_bytes
         self.llm = LLM(
             model=settings.model_dir,
-            dtype=settings.dtype,
+            dtype=settings.dtype,  # type: ignore[arg-type]
             seed=settings.seed,
             max_model_len=settings.max_model_len,
             gpu_memory_utilization=settings.gpu_memory_utilization,
@@ -102,7 +102,7 @@ class VLLMEngine:
             )
             for seed in seeds
         ]
-        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        outputs = self.llm.generate(requests, params, use_tqdm=False)  # type: ignore[arg-type]
         return [
             [
                 Generated(

@@ -139,7 +139,7 @@ def new_group(backend: str, address: str, port: int, rank: int, world_size: int)
 
     import torch.distributed as dist
 
-    store = dist.TCPStore(
+    store = dist.TCPStore(  # type: ignore[attr-defined]
         address,
         port,
         world_size,
@@ -150,7 +150,7 @@ def new_group(backend: str, address: str, port: int, rank: int, world_size: int)
     if backend == "gloo":
         return dist.ProcessGroupGloo(store, rank, world_size, timedelta(minutes=10))
     if backend == "nccl":
-        return dist.ProcessGroupNCCL(store, rank, world_size)
+        return dist.ProcessGroupNCCL(store, rank, world_size)  # type: ignore[call-arg]
     raise ValueError(f"weight-sync backend must be gloo or nccl; got {backend!r}")
 
 

@@ -42,7 +42,7 @@ class ActorWorker(TrainedRank):
         from rlhf_trainer.models.loading import load_causal_lm
 
         t = self.settings.job.training
-        model = load_causal_lm(self.settings.model_dir, dtype=torch.float32)
+        model: Any = load_causal_lm(self.settings.model_dir, dtype=torch.float32)
         if t.gradient_checkpointing:
             model.gradient_checkpointing_enable(
                 gradient_checkpointing_kwargs={"use_reentrant": False}
@@ -173,7 +173,7 @@ class ActorWorker(TrainedRank):
         weights = state_dict_for_export(self.engine, rank=self.rank, dtype=self.dtype)
         if self.rank != 0:
             return
-        model = unwrap(self.engine)
+        model: Any = unwrap(self.engine)
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
         base.save_pretrained(directory, state_dict=weights)
         from rlhf_trainer.models.loading import load_tokenizer

@@ -75,7 +75,8 @@ class RankBase:
     def master_address(self) -> tuple[str, int]:
         import ray
 
-        return ray.util.get_node_ip_address(), free_port()
+        address: str = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
+        return address, free_port()
 
     def init_distributed(self, address: str, port: int) -> None:
         import deepspeed

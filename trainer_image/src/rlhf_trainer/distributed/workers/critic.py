@@ -7,6 +7,8 @@ towards the returns, with PPO's value clipping.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
@@ -64,8 +66,8 @@ class CriticWorker(TrainedRank):
         weights = state_dict_for_export(self.engine, rank=self.rank, dtype=self.dtype)
         if self.rank != 0:
             return
-        model = unwrap(self.engine)
-        hf = model.hf  # type: ignore[union-attr]
+        model: Any = unwrap(self.engine)
+        hf = model.hf
         prefix = "hf."
         hf.save_pretrained(
             directory, state_dict={k.removeprefix(prefix): v for k, v in weights.items()}

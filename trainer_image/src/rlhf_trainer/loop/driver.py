@@ -1,0 +1,325 @@
+"""The driver loop, as named stages: generate -> experience (log-probs, values, rewards,
+advantages) -> update -> sync weights -> checkpoint -> report.
+
+One step reads `rolloutBatchSize` prompts, generates `samplesPerPrompt` responses for each,
+scores them, and trains the actor (and the critic, for PPO) on them for `ppoEpochs` passes.
+The driver holds the whole step's batch, so reward normalisation and advantage whitening are
+global; the ranks only run forward passes and updates on their shards.
+
+On failure the run stops with the error, after writing a final checkpoint when the models are
+in a consistent state (the failure came before this step's update, or after it completed) and
+their weights are finite; a checkpoint is never half-written (see `CheckpointStore`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+from torch import Tensor
+
+from rlhf_trainer.algos.masking import masked_mean
+from rlhf_trainer.algos.rewards import overlong_penalty
+from rlhf_trainer.checkpoint import CheckpointRef, TrainerState
+from rlhf_trainer.config import JobConfig
+from rlhf_trainer.reporting.timing import StageTimer
+
+from .batch import Sample, to_batch
+from .estimators import compute_advantages, kl_statistic, process_scores
+from .rollout import PromptInput, multi_turn, single_turn
+from .state import (
+    REWARD_STATS,
+    advanced,
+    kl_controller,
+    load_state,
+    normalizer_stats,
+    reward_normalizer,
+    save_state,
+)
+
+ACTOR_KEYS = ("input_ids", "attention_mask", "action_mask", "old_logp", "advantages")
+CRITIC_KEYS = ("input_ids", "attention_mask", "action_mask", "old_values", "returns")
+
+
+class NonFiniteError(FloatingPointError):
+    """A stage produced NaN/inf: the run has diverged (or a reward source misbehaves)."""
+
+
+class Scorer(Protocol):
+    def score(
+        self, samples: list[Sample], model_scores: list[Tensor]
+    ) -> tuple[Tensor, dict[str, float]]: ...
+
+
+class CheckpointStore(Protocol):
+    def save(self, step: int, write_fn: Callable[[Path], None]) -> Path: ...
+    def latest(self) -> CheckpointRef | None: ...
+
+
+class Reporter(Protocol):
+    def on_step(
+        self,
+        step: int,
+        total_steps: int,
+        metrics: Mapping[str, Any],
+        timings: Mapping[str, float],
+        samples: int | Sequence[Mapping[str, Any]] = ...,
+    ) -> object: ...
+
+    def on_checkpoint(self, step: int, path: Path) -> None: ...
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """The driver's I/O edges; tests replace them, `run` wires the real ones."""
+
+    scorer: Scorer
+    checkpoints: CheckpointStore
+    reporter: Reporter
+    agent_cls: type | None = None
+
+
+def check_finite(name: str, value: Tensor, step: int, hint: str) -> None:
+    if not bool(torch.isfinite(value).all()):
+        bad = int((~torch.isfinite(value)).sum())
+        raise NonFiniteError(f"step {step}: {name} has {bad} non-finite values (NaN/inf); {hint}")
+
+
+class Trainer:
+    def __init__(
+        self,
+        cfg: JobConfig,
+        cluster: Any,
+        tokenizer: Any,
+        prompts: Any,
+        hooks: Hooks,
+        *,
+        total_steps: int,
+        export_dir: Path | None,
+    ) -> None:
+        self.cfg, self.cluster, self.tokenizer, self.prompts = cfg, cluster, tokenizer, prompts
+        self.hooks, self.total_steps, self.export_dir = hooks, total_steps, export_dir
+        self.kl = kl_controller(cfg.algorithm)
+        self.state = TrainerState(kl_coef=self.kl.value)
+        self.saved_step = -1
+        self.pad_id = int(tokenizer.pad_token_id)
+        # Where the step is: the models are consistent before "update" and after it completes.
+        self.phase = "idle"
+
+    # --- the loop -------------------------------------------------------------------------
+    def fit(self) -> TrainerState:
+        self.resume()
+        try:
+            while self.state.step < self.total_steps:
+                self.state = self.train_step(self.state)
+            if self.saved_step != self.state.step:
+                self.checkpoint(self.state)
+            if self.export_dir is not None and self.cfg.checkpoint.export_hf:
+                self.cluster.export_hf(str(self.export_dir))
+        except BaseException as err:
+            self.final_checkpoint_after(err)
+            raise
+        return self.state
+
+    def train_step(self, state: TrainerState) -> TrainerState:
+        step = state.step + 1
+        timer = StageTimer()
+        batch = next(
+            self.prompts.batches(
+                self.cfg.training.rollout_batch_size, start=state.data_position, passes=None
+            )
+        )
+        self.phase = "rollout"
+        with timer("generation"):
+            samples = self.generate(step, batch.items)
+        with timer("make_experience"):
+            experience, metrics, reward_stats = self.make_experience(step, samples, state, timer)
+        self.phase = "update"
+        with timer("training"):
+            metrics |= self.update(step, experience)
+        new_state = advanced(
+            state,
+            step=step,
+            data_position=batch.position,
+            kl_coef=self.kl.value,
+            samples_seen=state.samples_seen + len(samples),
+            metrics={k: v for k, v in metrics.items() if isinstance(v, float)},
+            extra={**state.extra, REWARD_STATS: reward_stats} if reward_stats else state.extra,
+        )
+        self.state, self.phase = new_state, "updated"
+        with timer("weight_sync"):
+            self.cluster.sync_weights()
+        every = self.cfg.checkpoint.every_steps
+        if (every and step % every == 0) or step == self.total_steps:
+            with timer("checkpoint"):
+                self.checkpoint(new_state)
+        self.report(step, samples, metrics, timer.timings())
+        self.phase = "idle"
+        return new_state
+
+    # --- stages ---------------------------------------------------------------------------
+    def generate(self, step: int, items: list[Any]) -> list[Sample]:
+        """Rollouts from the engines (token ids in, token ids out)."""
+        from rlhf_trainer.distributed.vllm_engine import SamplingSettings
+
+        r = self.cfg.rollout
+        stop_ids = tuple(i for i in [self.tokenizer.eos_token_id] if i is not None)
+
+        def engine(
+            ids: list[list[int]], seeds: list[int], n: int, max_new: int
+        ) -> list[list[tuple[list[int], str]]]:
+            settings = SamplingSettings(
+                n, max_new, r.temperature, r.top_p, r.top_k, tuple(r.stop), stop_ids
+            )
+            out = self.cluster.generate(ids, seeds, settings, self.pad_id)
+            return [[(g.token_ids, g.finish_reason) for g in group] for group in out]
+
+        prompts = [
+            PromptInput(i, it.prompt_text, list(it.prompt_ids), it.label)
+            for i, it in enumerate(items)
+        ]
+        if self.hooks.agent_cls is None:
+            return single_turn(prompts, engine, self.tokenizer, self.cfg, step)
+        max_context = self.cfg.data.max_prompt_length + r.max_new_tokens * (
+            r.agent.max_turns if r.agent else 1
+        )
+        return multi_turn(
+            prompts, engine, self.tokenizer, self.cfg, step, self.hooks.agent_cls, max_context
+        )
+
+    def make_experience(
+        self, step: int, samples: list[Sample], state: TrainerState, timer: StageTimer
+    ) -> tuple[dict[str, Tensor], dict[str, float], dict[str, Any]]:
+        """Log-probs, values and rewards (the ranks' forward passes overlap the reward
+        function), then KL, token rewards, advantages and returns for the whole batch."""
+        cfg, algo = self.cfg, self.cfg.algorithm
+        batch = to_batch(samples, self.pad_id)
+        mask = batch["action_mask"]
+        old_logp_p = self.cluster.actor_log_probs(batch)
+        ref_p = self.cluster.reference_log_probs(batch)
+        values_p = self.cluster.critic_values(batch)
+        rm_p = self.cluster.reward_model_scores(batch)
+        with timer("reward"):
+            raw, reward_metrics = self.hooks.scorer.score(samples, [p.result() for p in rm_p])
+        check_finite("the combined reward", raw, step, "a reward source returned NaN/inf")
+        old_logp = old_logp_p.result()
+        ref_logp = ref_p.result() if ref_p is not None else None
+        values = values_p.result() if values_p is not None else None
+        hint = "the weights diverged; lower the learning rate (the last checkpoint is still good)"
+        check_finite("the actor's log-probs", torch.where(mask != 0, old_logp, 0.0), step, hint)
+        if values is not None:
+            check_finite("the critic's values", torch.where(mask != 0, values, 0.0), step, hint)
+
+        scores = raw
+        if algo.overlong_buffer is not None:
+            lengths = mask.sum(-1)
+            scores = scores + overlong_penalty(
+                lengths, cfg.rollout.max_new_tokens, algo.overlong_buffer, algo.overlong_penalty
+            )
+        normalizer = reward_normalizer(state)
+        scores = process_scores(scores, algo, normalizer)
+        adv = compute_advantages(
+            algo,
+            scores,
+            mask,
+            old_logp=old_logp,
+            ref_logp=ref_logp,
+            values=values,
+            kl_coef=self.kl.value,
+            group_size=cfg.rollout.samples_per_prompt,
+        )
+        kl = kl_statistic(adv.kl, mask)
+        self.kl.update(kl, len(samples))
+        batch |= {"old_logp": old_logp, "advantages": adv.advantages, "returns": adv.returns}
+        if values is not None:
+            batch["old_values"] = values
+        if ref_logp is not None and algo.use_kl_loss:
+            batch["ref_logp"] = ref_logp
+        real = mask != 0
+        metrics = {
+            "reward": float(raw.mean()),
+            "reward_std": float(raw.std()) if len(raw) > 1 else 0.0,
+            "score": float(scores.mean()),
+            "kl": kl,
+            "kl_coef": self.kl.value,
+            "advantages_abs": float(masked_mean(adv.advantages.abs(), real)),
+            "returns": float(masked_mean(adv.returns, real)),
+            "response_length": float(mask.sum(-1).float().mean()),
+            "truncated": sum(s.finish_reason == "length" for s in samples) / len(samples),
+            "generated_tokens": float(mask.sum()),
+            **reward_metrics,
+        }
+        if values is not None:
+            metrics["values"] = float(masked_mean(values, real))
+        return batch, metrics, normalizer_stats(normalizer) if algo.normalize_reward else {}
+
+    def update(self, step: int, batch: dict[str, Tensor]) -> dict[str, float]:
+        """PPO epochs on the actor and the critic at the same time (separate ranks)."""
+        actor_keys = ACTOR_KEYS + (("ref_logp",) if "ref_logp" in batch else ())
+        frozen = step <= self.cfg.training.freeze_actor_steps
+        actor = (
+            None
+            if frozen
+            else self.cluster.train_actor({k: batch[k] for k in actor_keys}, step, self.kl.value)
+        )
+        critic = None
+        if "old_values" in batch:
+            critic = self.cluster.train_critic({k: batch[k] for k in CRITIC_KEYS}, step)
+        metrics: dict[str, float] = {"actor_frozen": float(frozen)}
+        if actor is not None:
+            metrics |= actor.result()
+        if critic is not None:
+            metrics |= critic.result()
+        return metrics
+
+    def report(
+        self, step: int, samples: list[Sample], metrics: dict[str, float], timings: dict[str, float]
+    ) -> None:
+        total = timings["total"]
+        metrics = dict(metrics)
+        metrics["samples_per_s"] = len(samples) / total if total else 0.0
+        metrics["tokens_per_s"] = metrics["generated_tokens"] / total if total else 0.0
+        shown = [
+            {"prompt": s.prompt_text, "response": s.response_text, "label": s.label}
+            for s in samples[: min(2, len(samples))]
+        ]
+        self.hooks.reporter.on_step(step, self.total_steps, metrics, timings, shown)
+
+    # --- checkpoints ----------------------------------------------------------------------
+    def checkpoint(self, state: TrainerState) -> Path:
+        def write(directory: Path) -> None:
+            self.cluster.save_checkpoint(str(directory))
+            save_state(state, directory)
+
+        path = self.hooks.checkpoints.save(state.step, write)
+        self.saved_step = state.step
+        self.hooks.reporter.on_checkpoint(state.step, path)
+        return path
+
+    def resume(self) -> None:
+        if self.cfg.checkpoint.resume.value != "auto":
+            return
+        latest = self.hooks.checkpoints.latest()
+        if latest is None:
+            return
+        self.cluster.load_checkpoint(str(latest.path))
+        self.state = load_state(latest.path)
+        self.kl = kl_controller(self.cfg.algorithm, self.state.kl_coef)
+        self.saved_step = self.state.step
+        # The engines still hold the initial weights: send them the restored ones.
+        self.cluster.sync_weights()
+
+    def final_checkpoint_after(self, err: BaseException) -> None:
+        """Save the last consistent state after a failure, when that is possible and useful."""
+        self.failure_checkpoint: Path | None = None
+        if self.phase == "update" or self.state.step == self.saved_step or self.state.step == 0:
+            return
+        try:
+            if not self.cluster.weights_finite():
+                return
+            self.failure_checkpoint = self.checkpoint(self.state)
+        except Exception:
+            return
