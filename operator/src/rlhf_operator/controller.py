@@ -23,7 +23,6 @@ from pydantic import ValidationError
 
 from rlhf_trainer.config import JobSpec
 
-from .builders.common import JOB_LABEL
 from .events import Event, EventReason, EventType
 from .kube import ApiError, Applied, KubeApi, Outcome, apply, desired_hash
 from .metrics import Metrics
@@ -166,21 +165,26 @@ class Controller:
 
     async def _pass(self, key: Key, body: JSON) -> Decision:
         observed = await self._observe(key, body)
-        decision = decide(body, observed, self.settings, self.clock())
         probably_new = not body.get("status") and not observed.ray_jobs
-        outcomes = await self._apply(key, decision.apply, observed, probably_new)
-        conflicts = tuple(
-            f"{a.obj['kind']} {a.obj['metadata']['name']}"
-            for a in outcomes
-            if a.outcome is Outcome.CONFLICT
-        )
-        if conflicts != observed.conflicts:
+        outcomes: list[Applied] = []
+        # A second round when applying found (or cleared) a conflict: the decision depends
+        # on it (no RayJob while another controller owns one of our children).
+        for _ in range(2):
+            decision = decide(body, observed, self.settings, self.clock())
+            outcomes += await self._apply(key, decision.apply, observed, probably_new)
+            conflicts = tuple(
+                f"{a.obj['kind']} {a.obj['metadata']['name']}"
+                for a in outcomes
+                if a.outcome is Outcome.CONFLICT
+            )
+            if conflicts == observed.conflicts:
+                break
             blockers = self._blockers.get(key) or Blockers(_generation(body))
             self._blockers[key] = Blockers(
                 blockers.generation, blockers.missing, conflicts, blockers.checked_at
             )
             observed = Observed(observed.ray_jobs, observed.missing_dependencies, conflicts)
-            decision = decide(body, observed, self.settings, self.clock())
+            outcomes = [a for a in outcomes if a.outcome is not Outcome.CONFLICT]
         for name in decision.delete_ray_jobs:
             ref = {
                 "apiVersion": "ray.io/v1",
@@ -395,8 +399,3 @@ def _action_events(outcomes: list[Applied], deleted: tuple[str, ...]) -> list[Ev
             )
         )
     return events
-
-
-def ray_job_owner(labels: Mapping[str, str], namespace: str) -> Key | None:
-    job = labels.get(JOB_LABEL)
-    return (namespace, job) if job else None

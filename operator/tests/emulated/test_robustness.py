@@ -115,6 +115,12 @@ async def test_child_owned_by_someone_else_is_left_alone(operator: Cluster) -> N
     )
     assert c.k8s.get("configmaps", "ppo-o-config", "default")["data"] == {"mine": "yes"}
     assert not c.ray_jobs("ppo-o")
+    # Once the other owner's object is gone, the job proceeds by itself.
+    c.k8s.delete("configmaps", "ppo-o-config", "default")
+    await c.until(lambda: c.ray_jobs("ppo-o"), "RayJob after the conflict cleared")
+    await c.until(
+        lambda: c.conditions("ppo-o").get("Admitted") == ("True", "RayJobCreated"), "admitted"
+    )
 
 
 def _all_children(k8s: Emulator) -> dict[str, list[str]]:
