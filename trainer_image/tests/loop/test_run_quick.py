@@ -1,0 +1,88 @@
+"""`rlhf run` end to end, fast enough for the default suite: 2 steps on the HF-engine path.
+
+Real Ray (placement groups on a custom resource), DeepSpeed actor/critic ranks, a reference
+rank, the reward-function file in its own process, checkpoints and the final HF export.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import QUICK, JobFile, read_metrics
+from rlhf_trainer.checkpoint import CheckpointManager
+from rlhf_trainer.cli import main
+from rlhf_trainer.loop.run import NOT_IMPLEMENTED
+
+
+def test_two_ppo_steps_with_the_hf_engine(job_file: JobFile, tmp_path: Path) -> None:
+    path = job_file(
+        rollout={**QUICK["rollout"], "engine": "hf"},
+        **{k: v for k, v in QUICK.items() if k != "rollout"},
+    )
+    run_dir = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "rlhf_trainer", "run", str(path), "--run-dir", str(run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "finished 2 steps" in proc.stderr
+
+    steps = read_metrics(run_dir)
+    assert [r["step"] for r in steps] == [1, 2]
+    for record in steps:
+        timings, metrics = record["timings"], record["metrics"]
+        assert {"generation", "make_experience", "training", "weight_sync", "total"} <= set(timings)
+        assert 0.0 <= metrics["reward"] <= 1.0
+        assert metrics["optimizer_steps"] == 1.0  # 8 samples, trainBatchSize 8
+        assert "value_loss" in metrics and "policy_loss" in metrics
+
+    checkpoints = CheckpointManager(run_dir / "checkpoints", keep=2)
+    latest = checkpoints.latest()
+    assert latest is not None and latest.step == 2
+    assert [c.step for c in checkpoints.checkpoints()] == [1, 2]
+    assert (latest.path / "trainer_state.json").is_file()
+    assert (latest.path / "actor").is_dir() and (latest.path / "critic").is_dir()
+
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+
+    actor = AutoModelForCausalLM.from_pretrained(run_dir / "final" / "actor")
+    critic = AutoModelForSequenceClassification.from_pretrained(run_dir / "final" / "critic")
+    assert actor.config.hidden_size == 64 and critic.config.num_labels == 1
+    assert (run_dir / "tensorboard").is_dir()
+
+
+@pytest.mark.parametrize("algorithm", sorted(a.value for a in NOT_IMPLEMENTED))
+def test_offline_algorithms_are_refused_by_name(
+    algorithm: str, job_file: JobFile, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = job_file(
+        algorithm={"name": algorithm, "labelSmoothing": 0.1},
+        models={"rewardFunction": None},
+        training={"freezeActorSteps": 0},
+    )
+    assert main(["run", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert f"algorithm.name: {algorithm} is not implemented yet" in err
+
+
+def test_invalid_job_file_fails_with_the_problems(
+    job_file: JobFile, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = job_file(algorithm={"name": "grpo"}, rollout={"samplesPerPrompt": 1})
+    assert main(["run", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "rollout.samplesPerPrompt: must be > 1 for algorithm grpo (got 1)" in err
+
+
+def test_missing_reward_function_file_is_named(
+    job_file: JobFile, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = job_file(models={"rewardFunction": {"path": str(tmp_path / "nope.py")}}, **QUICK)
+    assert main(["run", str(path), "--run-dir", str(tmp_path / "r")]) == 1
+    assert "nope.py" in capsys.readouterr().err
