@@ -30,8 +30,9 @@ async def test_failed_attempts_retry_with_a_fresh_rayjob_until_backoff_limit(
         lambda: [r["metadata"]["name"] for r in c.ray_jobs("ppo-r")] == ["ppo-r-r1"],
         "attempt 1 replaces attempt 0",
     )
-    status = c.status("ppo-r")
-    assert status["restarts"] == 1
+    status = await c.until(
+        lambda: (s := c.status("ppo-r")).get("restarts") == 1 and s, "restarts recorded"
+    )
     restarted = next(x for x in status["conditions"] if x["type"] == "Restarted")
     assert "NCCL timeout" in restarted["message"]
     assert "resumes from the latest checkpoint" in restarted["message"]
