@@ -1,0 +1,353 @@
+"""The offline trainers' ranks and the cluster facade the offline driver uses.
+
+- `OfflineTrainRank`: the trained model (a causal LM, or a value model for reward-model
+  training) in a DeepSpeed engine, data-parallel over `placement.actorGpus` ranks. One
+  `train_step` call is one optimiser step: the rank's shard of the step batch in micro-batches
+  of `microTrainBatchSize`, gradients accumulated by DeepSpeed until `trainBatchSize` samples
+  over all ranks, then clipped and applied.
+- `OfflineReferenceRank`: the frozen reference policy of DPO/IPO/cDPO/KTO (ZeRO-3 sharded when
+  `zeroStage` is 3), giving the sequence log-probs of a batch with the same function the
+  trained rank uses.
+- `OfflineCluster`: Ray start-up, placement (the online trainer's plan: actor group, reference
+  group or actor+reference colocated), the two role groups, and plain-tensor calls on them.
+
+Why a frozen reference rank and not a first pass that precomputes every reference log-prob:
+the reference is placed where the job's placement (and the operator's GPU allocation) says,
+`referenceGpus` / `colocateActorReference` mean what they mean for PPO, a reference that is
+not the actor's starting point works the same way, nothing large is kept on disk or in
+memory between passes, and the driver asks for step k+1's log-probs while step k trains, so
+on separate devices they cost no step time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+from collections import defaultdict
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from rlhf_trainer.config import Device, JobConfig
+from rlhf_trainer.offline.collate import trim_right
+from rlhf_trainer.offline.kinds import TrainerKind, offline_spec
+from rlhf_trainer.offline.objectives import (
+    Stats,
+    kl_reference_point,
+    kto_objective,
+    preference_objective,
+    reward_model_objective,
+    sequence_logps_of,
+    sequence_scores,
+    sft_objective,
+)
+
+from ..cluster import CPUS_PER_RANK, _create_pg, start_ray
+from ..groups import Pending, RoleGroup, split_rows
+from ..plan import ACTOR, REFERENCE, plan_placement
+from ..strategy import OptimSpec, init_eval_engine, init_train_engine
+from ..weights import state_dict_for_export, unwrap
+from .base import RankBase, WorkerSettings, count_params
+from .trained import TrainedRank, mean_over_ranks
+
+VALUE_MODEL_PREFIX = "hf."
+
+
+class OfflineLossError(FloatingPointError):
+    pass
+
+
+class OfflineTrainRank(TrainedRank):
+    def __init__(self, role: str, rank: int, world_size: int, settings: WorkerSettings) -> None:
+        RankBase.__init__(self, role, rank, world_size, settings)
+        self.spec = offline_spec(settings.job)
+
+    def build(self) -> int:
+        t = self.settings.job.training
+        model: Any
+        if self.spec.model_kind == "reward":
+            from rlhf_trainer.models.loading import load_value_model
+
+            # From a causal LM only the backbone loads and the head is seeded (deterministic).
+            model = load_value_model(self.settings.model_dir, dtype=torch.float32, head_seed=t.seed)
+            if t.gradient_checkpointing:
+                model.gradient_checkpointing_enable(
+                    gradient_checkpointing_kwargs={"use_reentrant": False}
+                )
+        else:
+            model = self._causal_lm()
+        optim = OptimSpec(t.actor_learning_rate, self.settings.total_optimizer_steps)
+        self.engine = init_train_engine(
+            model, t, optim, self.world_size, on_gpu=self.settings.on_gpu
+        )
+        return count_params(model)
+
+    def _causal_lm(self) -> Any:
+        from rlhf_trainer.models.loading import load_causal_lm
+
+        t = self.settings.job.training
+        model: Any = load_causal_lm(self.settings.model_dir, dtype=torch.float32)
+        if t.gradient_checkpointing:
+            model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False}
+            )
+            model.config.use_cache = False
+        if t.lora is not None:
+            from peft import LoraConfig, TaskType, get_peft_model
+
+            model.enable_input_require_grads()
+            model = get_peft_model(
+                model,
+                LoraConfig(
+                    task_type=TaskType.CAUSAL_LM,
+                    r=t.lora.rank,
+                    lora_alpha=t.lora.alpha,
+                    lora_dropout=t.lora.dropout,
+                    target_modules=list(t.lora.target_modules),
+                ),
+            )
+        return model
+
+    # --- one optimiser step ---------------------------------------------------------------
+    def train_step(self, shard: dict[str, Tensor], step: int) -> dict[str, float]:
+        """Train on this rank's shard (`microTrainBatchSize` x gradient accumulation rows)."""
+        micro = self.settings.job.training.micro_train_batch_size
+        rows = shard["input_ids"].shape[0]
+        expected = micro * int(self.engine.gradient_accumulation_steps())
+        if rows != expected:
+            raise ValueError(
+                f"rank {self.rank} got {rows} samples for step {step}; one optimiser step takes "
+                f"microTrainBatchSize x gradient accumulation = {expected} per rank"
+            )
+        lr = float(self.engine.get_lr()[0])  # the rate this step's update uses
+        self.engine.train()
+        totals: dict[str, float] = defaultdict(float)
+        counts: dict[str, int] = defaultdict(int)
+        for start in range(0, rows, micro):
+            part = self.to_device(
+                trim_right({k: v[start : start + micro] for k, v in shard.items()})
+            )
+            loss, stats = self.objective(part)
+            self._require_finite(loss, step)
+            self.engine.backward(loss)
+            self.engine.step()
+            for key, value in stats.items():
+                number = float(value)
+                if math.isfinite(number):  # e.g. no undesirable KTO example in this micro-batch
+                    totals[key] += number
+                    counts[key] += 1
+        out = {key: totals[key] / counts[key] for key in totals}
+        grad_norm = self.engine.get_global_grad_norm()
+        if grad_norm is not None:
+            out["grad_norm"] = float(grad_norm)
+        out["lr"] = lr
+        return out
+
+    def objective(self, part: dict[str, Tensor]) -> tuple[Tensor, Stats]:
+        spec, algo = self.spec, self.settings.job.algorithm
+        if spec.kind is TrainerKind.SFT:
+            return sft_objective(self.engine, part)
+        if spec.kind is TrainerKind.REWARD_MODEL:
+            return reward_model_objective(sequence_scores(self.engine, part), algo.margin)
+        policy = sequence_logps_of(self.engine, part, average=spec.average_logps)
+        if spec.kind is TrainerKind.PREFERENCE:
+            return preference_objective(policy, part["ref_logps"], spec, algo)
+        kl = self._mean_over_ranks(kl_reference_point(policy, part["ref_logps"]))
+        return kto_objective(policy, part["ref_logps"], part["desirable"], kl, algo)
+
+    def _mean_over_ranks(self, value: Tensor) -> Tensor:
+        # KTO's reference point is a batch statistic: estimate it on the whole global batch.
+        if self.world_size == 1:
+            return value
+        import torch.distributed as dist
+
+        total = value.detach().float().cpu().reshape(1).clone()
+        dist.all_reduce(total, op=dist.ReduceOp.SUM)
+        return (total / self.world_size).reshape(()).to(value.device)
+
+    def _require_finite(self, loss: Tensor, step: int) -> None:
+        # Every rank learns of a bad loss before any rank runs backward, so none is left
+        # waiting in a gradient all-reduce.
+        bad = torch.tensor([0.0 if bool(torch.isfinite(loss)) else 1.0])
+        if self.world_size > 1:
+            import torch.distributed as dist
+
+            dist.all_reduce(bad, op=dist.ReduceOp.MAX)
+        if bad.item() > 0:
+            self.engine.zero_grad()
+            raise OfflineLossError(
+                f"the {self.spec.algorithm.value} loss is not finite (NaN or inf) at step {step}: "
+                "training diverged; lower training.actorLearningRate or "
+                "training.maxGradNorm, or check the data for empty responses"
+            )
+
+    # --- export ---------------------------------------------------------------------------
+    def export_hf(self, directory: str, tokenizer_dir: str) -> None:
+        """HF format (`from_pretrained` loads it): a causal LM with LoRA merged, or the value
+        model as a sequence-classification model (usable as `rewardModels` / critic init)."""
+        weights = state_dict_for_export(self.engine, rank=self.rank, dtype=self.dtype)
+        if self.rank != 0:
+            return
+        model: Any = unwrap(self.engine)
+        if self.spec.model_kind == "reward":
+            renamed = {k.removeprefix(VALUE_MODEL_PREFIX): v for k, v in weights.items()}
+            model.hf.save_pretrained(directory, state_dict=renamed)
+        else:
+            base = model.get_base_model() if hasattr(model, "get_base_model") else model
+            base.save_pretrained(directory, state_dict=weights)
+        from rlhf_trainer.models.loading import load_tokenizer
+
+        load_tokenizer(tokenizer_dir).save_pretrained(directory)
+
+
+class OfflineReferenceRank(RankBase):
+    def build(self) -> int:
+        from rlhf_trainer.models.loading import load_causal_lm
+
+        self.spec = offline_spec(self.settings.job)
+        model = load_causal_lm(self.settings.model_dir, dtype=self.dtype)
+        self.model = init_eval_engine(model, self.settings.job.training, self.world_size)
+        return count_params(model)
+
+    @torch.no_grad()
+    def sequence_logps(self, shard: dict[str, Tensor], micro_steps: int) -> Tensor:
+        """`[b, K]` reference log-probs of the shard's sequences, in `micro_steps` forward
+        passes of at most `microTrainBatchSize` samples (the size training already fits in
+        memory). Every rank runs the same number of passes: ZeRO-3 gathers are collective."""
+        size = self.settings.job.training.micro_train_batch_size
+        rows = shard["input_ids"].shape[0]
+        parts = []
+        for index in range(micro_steps):
+            start = index * size
+            if start < rows:
+                chunk = {k: v[start : start + size] for k, v in shard.items()}
+            else:  # a pass only to keep the ranks in step; its result is dropped
+                chunk = {k: v[:1] for k, v in shard.items()}
+            logps = sequence_logps_of(
+                self.model, self.to_device(trim_right(chunk)), average=self.spec.average_logps
+            )
+            if start < rows:
+                parts.append(logps.float().cpu())
+        return torch.cat(parts)
+
+
+def offline_threads(ranks: int) -> int:
+    """Torch threads per rank on a CPU machine: the cores shared by all ranks placed on it
+    (they run at the same time: reference passes overlap training). `RLHF_THREADS_PER_RANK`
+    overrides."""
+    override = os.environ.get("RLHF_THREADS_PER_RANK")
+    if override:
+        return max(1, int(override))
+    return max(1, (os.cpu_count() or 1) // max(1, ranks))
+
+
+class OfflineCluster:
+    """The trained ranks (role `actor`) and, for DPO/IPO/cDPO/KTO, the reference ranks."""
+
+    def __init__(
+        self,
+        job: JobConfig,
+        model_dir: str,
+        reference_dir: str | None,
+        *,
+        total_optimizer_steps: int,
+    ) -> None:
+        self.job = job
+        self.plan = plan_placement(job)
+        device = job.placement.device
+        self.on_gpu = device is Device.GPU
+        start_ray(self.plan, device)
+        cpus = CPUS_PER_RANK[device]
+        ranks = sum(s.ranks for g in self.plan.groups for s in g.shares)
+        threads = 0 if self.on_gpu else offline_threads(ranks)
+        env = {"TOKENIZERS_PARALLELISM": "false"}
+        if threads:
+            env["OMP_NUM_THREADS"] = str(threads)
+        self.pgs = {g.name: _create_pg(g, self.plan.resource, cpus) for g in self.plan.groups}
+        self.groups: list[RoleGroup] = []
+
+        def group(role: str, cls: type, directory: str) -> RoleGroup:
+            placed, share = self.plan.locate(role)
+            settings = WorkerSettings(job, directory, self.on_gpu, threads, total_optimizer_steps)
+            made = RoleGroup(
+                role,
+                cls,
+                share.ranks,
+                self.pgs[placed.name],
+                resource=self.plan.resource,
+                fraction=share.fraction,
+                cpus=cpus,
+                env=env,
+                args=(settings,),
+            )
+            self.groups.append(made)
+            return made
+
+        self.trainer = group(ACTOR, OfflineTrainRank, model_dir)
+        self.reference: RoleGroup | None = None
+        if reference_dir is not None:
+            if REFERENCE not in self.plan.roles():
+                raise ValueError(
+                    f"algorithm {job.algorithm.name.value} has no reference role in its placement"
+                )
+            self.reference = group(REFERENCE, OfflineReferenceRank, reference_dir)
+        builds = [g.call("build") for g in self.groups]
+        self.num_params = {g.role: p.result()[0] for g, p in zip(self.groups, builds, strict=True)}
+
+    def reference_logps(self, batch: dict[str, Tensor]) -> Pending | None:
+        """`[B, K]` reference log-probs of a step batch (data-parallel over the reference
+        ranks); None without a reference."""
+        if self.reference is None:
+            return None
+        size = self.job.training.micro_train_batch_size
+        shards = split_rows(batch, self.reference.size)
+        rows = [next(iter(s.values())).shape[0] for s in shards]
+        micro_steps = max(1, -(-max(rows) // size))
+        # A rank with no rows still joins the passes (on a copy of row 0, result dropped).
+        sent = [
+            s if n else {k: v[:1] for k, v in batch.items()}
+            for s, n in zip(shards, rows, strict=True)
+        ]
+        refs = [
+            w.sequence_logps.remote(s, micro_steps)
+            for w, s in zip(self.reference.workers, sent, strict=True)
+        ]
+        kept = [i for i, n in enumerate(rows) if n]
+        return Pending(refs, lambda parts: torch.cat([parts[i] for i in kept]))
+
+    def train(self, batch: dict[str, Tensor], step: int) -> Pending:
+        """One optimiser step on the batch (split evenly over the trained ranks); result: the
+        statistics averaged over ranks."""
+        shards = split_rows(batch, self.trainer.size)
+        return Pending(
+            [
+                w.train_step.remote(s, step)
+                for w, s in zip(self.trainer.workers, shards, strict=True)
+            ],
+            mean_over_ranks,
+        )
+
+    def save_checkpoint(self, directory: str) -> None:
+        self.trainer.call("save_checkpoint", directory).result()
+
+    def load_checkpoint(self, directory: str) -> None:
+        self.trainer.call("load_checkpoint", directory).result()
+
+    def export_hf(self, directory: str, tokenizer_dir: str) -> None:
+        self.trainer.call("export_hf", directory, tokenizer_dir).result()
+
+    def weights_finite(self) -> bool:
+        return all(self.trainer.call("params_finite").result())
+
+    def shutdown(self) -> None:
+        from ray.util.placement_group import remove_placement_group
+
+        # Best effort: a process may be gone already.
+        for g in self.groups:
+            with contextlib.suppress(Exception):
+                g.kill()
+        for pg in self.pgs.values():
+            with contextlib.suppress(Exception):
+                remove_placement_group(pg)

@@ -1,0 +1,102 @@
+"""What differs between the offline trainers, decided once from the job config (pure).
+
+Every trainer reads samples of `rows` sequences each (SFT: the response; pairs: chosen and
+rejected; KTO: the example and its mismatched KL completion), trains either a causal LM or a
+value model, and needs the frozen reference's log-probs or not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Literal
+
+from rlhf_trainer.config import AlgorithmName, JobConfig
+
+
+class TrainerKind(StrEnum):
+    SFT = "sft"
+    REWARD_MODEL = "reward-model"
+    # DPO, IPO and conservative DPO: the same pairwise objective family (`algos.dpo_loss`).
+    PREFERENCE = "preference"
+    KTO = "kto"
+
+
+_KINDS = {
+    AlgorithmName.SFT: TrainerKind.SFT,
+    AlgorithmName.REWARD_MODEL: TrainerKind.REWARD_MODEL,
+    AlgorithmName.DPO: TrainerKind.PREFERENCE,
+    AlgorithmName.IPO: TrainerKind.PREFERENCE,
+    AlgorithmName.CDPO: TrainerKind.PREFERENCE,
+    AlgorithmName.KTO: TrainerKind.KTO,
+}
+OFFLINE_ALGORITHMS = frozenset(_KINDS)
+
+# Sequences per sample, the `K` of the `[B, K, L]` batch layout.
+ROWS = {
+    TrainerKind.SFT: 1,
+    TrainerKind.REWARD_MODEL: 2,
+    TrainerKind.PREFERENCE: 2,
+    TrainerKind.KTO: 2,
+}
+
+
+@dataclass(frozen=True)
+class OfflineSpec:
+    algorithm: AlgorithmName
+    kind: TrainerKind
+    # "reward": a value model (backbone + scalar head); "causal-lm": a policy.
+    model_kind: Literal["causal-lm", "reward"]
+    needs_reference: bool
+    # dpo_loss's `kind` for the preference trainers ("dpo" also for cdpo), else None.
+    dpo_variant: Literal["dpo", "ipo"] | None
+    # IPO is run on the mean token log-prob of a response (as TRL does), the others on the sum.
+    average_logps: bool
+
+    @property
+    def rows(self) -> int:
+        return ROWS[self.kind]
+
+
+class OfflineConfigError(ValueError):
+    """The job cannot run with the offline trainers as written (the message names the field)."""
+
+
+def offline_spec(cfg: JobConfig) -> OfflineSpec:
+    """The spec of the job's trainer; raises `OfflineConfigError` listing every problem."""
+    problems = offline_problems(cfg)
+    if problems:
+        raise OfflineConfigError("\n".join(problems))
+    algo = cfg.algorithm.name
+    kind = _KINDS[algo]
+    variant: Literal["dpo", "ipo"] | None = None
+    if kind is TrainerKind.PREFERENCE:
+        variant = "ipo" if algo is AlgorithmName.IPO else "dpo"
+    return OfflineSpec(
+        algorithm=algo,
+        kind=kind,
+        model_kind="reward" if kind is TrainerKind.REWARD_MODEL else "causal-lm",
+        needs_reference=kind in (TrainerKind.PREFERENCE, TrainerKind.KTO),
+        dpo_variant=variant,
+        average_logps=algo is AlgorithmName.IPO,
+    )
+
+
+def offline_problems(cfg: JobConfig) -> list[str]:
+    """What the config rules (`config.rules`) allow but these trainers cannot do."""
+    algo, t = cfg.algorithm.name, cfg.training
+    if algo not in OFFLINE_ALGORITHMS:
+        offline = ", ".join(sorted(a.value for a in OFFLINE_ALGORITHMS))
+        return [f"algorithm.name: {algo.value} is an online algorithm; offline trainers: {offline}"]
+    out = []
+    if algo is AlgorithmName.IPO and cfg.algorithm.label_smoothing > 0:
+        out.append(
+            "algorithm.labelSmoothing: label noise applies to dpo/cdpo only; set it to 0 for "
+            f"ipo (got {cfg.algorithm.label_smoothing})"
+        )
+    if algo is AlgorithmName.REWARD_MODEL and t.lora is not None:
+        out.append(
+            "training.lora: LoRA is not implemented for reward-model training (the value head "
+            "and the HF export would need peft's sequence-classification path); remove it"
+        )
+    return out
