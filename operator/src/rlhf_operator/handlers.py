@@ -18,7 +18,8 @@ from . import kube
 from .api.v1alpha1 import GROUP, PLURAL, VERSION
 from .builders.common import JOB_LABEL
 from .controller import Controller
-from .settings import OperatorSettings, configure_kopf
+from .kopf_settings import configure_kopf
+from .settings import OperatorSettings
 
 logger = logging.getLogger(__name__)
 

@@ -1,20 +1,14 @@
 """Operator configuration: read once from the environment (the Helm chart sets it), immutable.
 
-Also the kopf startup settings that follow from it: kopf keeps its handler progress and
-diff-base in annotations with our `rlhf.dev` prefix (the CRD's status schema is strict, so
-nothing kopf-owned may live in `status`), uses our finalizer name, posts events as
-`rlhf-operator`, and watches with bounded timeouts so a silently dropped watch reconnects.
+Pure data: the pure modules (builders, status) read it. How it maps onto kopf's own settings
+lives in `kopf_settings.py`, beside the other kopf-facing code.
 """
 
 from __future__ import annotations
 
-import logging
 import os
-import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-
-import kopf
 
 from .api.v1alpha1 import GROUP
 
@@ -142,42 +136,3 @@ def _seconds(get: _Getter, name: str, default: float) -> float:
     if value <= 0:
         raise SettingsError(f"{ENV_PREFIX}{name}: must be > 0 (got {raw!r})")
     return value
-
-
-def configure_kopf(kopf_settings: kopf.OperatorSettings, settings: OperatorSettings) -> None:
-    """Apply our conventions to kopf's settings (called from the startup handler)."""
-    persistence = kopf_settings.persistence
-    persistence.finalizer = FINALIZER
-    persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=ANNOTATION_PREFIX)
-    persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=ANNOTATION_PREFIX, key="last-handled-configuration"
-    )
-
-    posting = kopf_settings.posting
-    posting.enabled = True
-    posting.loggers = False  # only explicit transition events, never log lines
-    posting.level = logging.INFO
-    posting.reporting_component = OPERATOR_NAME
-    posting.reporting_instance = settings.instance
-    posting.event_name_prefix = f"{OPERATOR_NAME}-"
-
-    watching = kopf_settings.watching
-    watching.server_timeout = settings.watch_server_timeout
-    watching.client_timeout = settings.watch_client_timeout
-    watching.connect_timeout = settings.watch_connect_timeout
-    # Only our RayJobs are watched: the API server filters, not the operator.
-    watching.label_selectors["ray.io", "rayjobs"] = f"app.kubernetes.io/managed-by={OPERATOR_NAME}"
-
-    peering = kopf_settings.peering
-    peering.standalone = settings.peering is None
-    if settings.peering is not None:
-        peering.name = settings.peering
-        peering.mandatory = True  # a missing peering object is an install error, say so
-        peering.clusterwide = settings.clusterwide
-        # Equal priorities pause every replica; distinct ones let exactly one work.
-        peering.priority = (
-            settings.peering_priority
-            if settings.peering_priority is not None
-            else random.randint(1, 1_000_000)
-        )
-        peering.stealth = True

@@ -53,7 +53,9 @@ class PlacementConfig(ConfigModel):
     actor_gpus: int = Field(1, ge=1, le=4096)
     critic_gpus: int = Field(1, ge=1, le=4096)
     reference_gpus: int = Field(1, ge=1, le=4096)
-    reward_gpus: int = Field(1, ge=1, le=4096, description="Devices per reward model.")
+    reward_gpus: int = Field(
+        1, ge=1, le=4096, description="Devices for the reward model(s), shared when several."
+    )
     colocate_actor_reference: bool = Field(False, description="Actor and reference share devices.")
     colocate_critic_reward: bool = Field(False, description="Critic and reward share devices.")
     colocate_all: bool = Field(
