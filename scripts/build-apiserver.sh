@@ -82,7 +82,7 @@ MIRROR="${RLHF_DEBIAN_MIRROR:-}"
 if [[ -z $MIRROR ]]; then
   MIRROR=$(find_mirror | grep -E '^(https?|ftp)://[^ ]*/debian/?$' | head -n1 || true)
 fi
-[[ -n $MIRROR ]] || die "no Debian mirror (a URI ending in /debian) found in /etc/apt/sources.list*; set RLHF_DEBIAN_MIRROR=http://deb.debian.org/debian"
+[[ -n $MIRROR ]] || die "no Debian mirror (a URI ending in /debian) found in /etc/apt/sources.list*; set RLHF_DEBIAN_MIRROR to a Debian mirror URL ending in /debian"
 MIRROR="${MIRROR%/}"
 ARCH=$(dpkg --print-architecture)
 echo "build-apiserver: mirror $MIRROR, suite $SUITE, arch $ARCH, cache $CACHE"
