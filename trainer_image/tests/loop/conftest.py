@@ -23,12 +23,10 @@ JobFile = Callable[..., Path]
 
 
 def merge(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
-    """Deep-merge `changes` into a copy of `base`; a None value deletes the key."""
+    """Deep-merge `changes` into a copy of `base` (None writes an explicit null)."""
     out = copy.deepcopy(base)
     for key, value in changes.items():
-        if value is None:
-            out.pop(key, None)
-        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
             out[key] = merge(out[key], value)
         else:
             out[key] = value

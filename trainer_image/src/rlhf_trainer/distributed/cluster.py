@@ -338,8 +338,9 @@ class TrainingCluster:
         results = [v for g in self._trained() for v in g.call("params_finite").result()]
         return all(results)
 
-    def optimizer_steps(self) -> int:
-        return int(self.actor.call_rank0("optimizer_steps").result())
+    def optimizer_steps(self) -> tuple[int, ...]:
+        """Optimizer steps taken so far by each trained role (actor, then critic)."""
+        return tuple(int(g.call_rank0("optimizer_steps").result()) for g in self._trained())
 
     # --- teardown -------------------------------------------------------------------------
     def shutdown(self) -> None:

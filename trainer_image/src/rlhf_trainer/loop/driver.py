@@ -106,6 +106,8 @@ class Trainer:
         self.state = TrainerState(kl_coef=self.kl.value)
         self.saved_step = -1
         self.pad_id = int(tokenizer.pad_token_id)
+        self.steps_before_update: tuple[int, ...] = ()
+        self.failure_checkpoint: Path | None = None
         # Where the step is: the models are consistent before "update" and after it completes.
         self.phase = "idle"
 
@@ -138,6 +140,7 @@ class Trainer:
         with timer("make_experience"):
             experience, metrics, reward_stats = self.make_experience(step, samples, state, timer)
         self.phase = "update"
+        self.steps_before_update = self.cluster.optimizer_steps()
         with timer("training"):
             metrics |= self.update(step, experience)
         new_state = advanced(
@@ -231,6 +234,9 @@ class Trainer:
             kl_coef=self.kl.value,
             group_size=cfg.rollout.samples_per_prompt,
         )
+        scale = "rewards too large for the float range: set algorithm.rewardClip or scale them"
+        check_finite("the advantages", adv.advantages, step, scale)
+        check_finite("the returns", adv.returns, step, scale)
         kl = kl_statistic(adv.kl, mask)
         self.kl.update(kl, len(samples))
         batch |= {"old_logp": old_logp, "advantages": adv.advantages, "returns": adv.returns}
@@ -314,10 +320,15 @@ class Trainer:
 
     def final_checkpoint_after(self, err: BaseException) -> None:
         """Save the last consistent state after a failure, when that is possible and useful."""
-        self.failure_checkpoint: Path | None = None
-        if self.phase == "update" or self.state.step == self.saved_step or self.state.step == 0:
+        if self.state.step == self.saved_step or self.state.step == 0:
             return
         try:
+            # An update that failed before any optimizer step left the models as they were.
+            if (
+                self.phase == "update"
+                and self.cluster.optimizer_steps() != self.steps_before_update
+            ):
+                return
             if not self.cluster.weights_finite():
                 return
             self.failure_checkpoint = self.checkpoint(self.state)

@@ -146,8 +146,13 @@ def run_job(job: LoadedJob, cfg: JobConfig, run_dir: Path) -> RunResult:
         try:
             state = trainer.fit()
         except BaseException as err:
-            final = getattr(trainer, "failure_checkpoint", None)
-            raise RunFailed(err, trainer.state.step, final) from err
+            latest = hooks.checkpoints.latest()
+            raise RunFailed(
+                err,
+                trainer.state.step,
+                trainer.failure_checkpoint,
+                latest.path if latest else None,
+            ) from err
         latest = hooks.checkpoints.latest()
         return RunResult(job.name, run_dir, state.step, latest.path if latest else None)
     finally:
@@ -162,22 +167,34 @@ def run_job(job: LoadedJob, cfg: JobConfig, run_dir: Path) -> RunResult:
 
 
 class RunFailed(RuntimeError):
-    def __init__(self, cause: BaseException, completed_steps: int, checkpoint: Path | None) -> None:
+    """The run stopped; `checkpoint` is the one written after the failure, `latest` the newest
+    complete checkpoint (the state a resume continues from)."""
+
+    def __init__(
+        self,
+        cause: BaseException,
+        completed_steps: int,
+        checkpoint: Path | None,
+        latest: Path | None,
+    ) -> None:
         super().__init__(str(cause))
-        self.cause, self.completed_steps, self.checkpoint = cause, completed_steps, checkpoint
+        self.cause, self.completed_steps = cause, completed_steps
+        self.checkpoint, self.latest = checkpoint, latest
 
 
 def explain(err: BaseException) -> str:
-    """The error a user should read: the original exception, unwrapped from Ray's."""
+    """The error a user should read: the original exception, unwrapped from Ray's, with a
+    traceback (from a rank or a reward function's process) cut to its first and last lines:
+    what failed, and the exception that made it fail."""
     from rlhf_trainer.distributed.cluster import unwrap_error
 
     inner = unwrap_error(err)
-    text = str(inner).strip() or type(inner).__name__
-    # Ray prefixes remote errors with the task and traceback; keep the last line (the error).
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    if len(lines) > 3 and ("Traceback" in text or "ray::" in text):
-        text = lines[-1]
-    return f"{type(inner).__name__}: {text}" if not text.startswith(type(inner).__name__) else text
+    name = type(inner).__name__
+    lines = [ln.strip() for ln in str(inner).splitlines() if ln.strip()] or [name]
+    text = lines[0]
+    if len(lines) > 1:
+        text = f"{lines[0]} ... {lines[-1]}"
+    return text if text.startswith(name) else f"{name}: {text}"
 
 
 def run_from_cli(
@@ -197,7 +214,12 @@ def run_from_cli(
         return 1
     except RunFailed as err:
         where = f"after {err.completed_steps} completed steps"
-        saved = f"; final checkpoint: {err.checkpoint}" if err.checkpoint else ""
+        if err.checkpoint:
+            saved = f"; final checkpoint: {err.checkpoint}"
+        elif err.latest:
+            saved = f"; no final checkpoint (models not in a consistent state); last: {err.latest}"
+        else:
+            saved = "; no checkpoint"
         print(f"rlhf run: failed {where}: {explain(err.cause)}{saved}", file=sys.stderr)
         if os.environ.get("RLHF_TRACEBACK"):
             traceback.print_exception(err.cause)
