@@ -8,6 +8,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
 from rlhf_trainer.cli import main
 
 VALID_MANIFEST = """
