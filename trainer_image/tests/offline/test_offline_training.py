@@ -102,6 +102,7 @@ def test_sft_learns_a_fixed_response_and_resumes_at_the_right_step(
     loss = series(first, "loss")
     assert [r["step"] for r in first] == list(range(1, 25))
     assert loss[-1] < 0.1 * loss[0], loss  # measured: 6.25 -> ~0.25
+    assert all(g > 0 for g in series(first, "grad_norm"))
     # The HF export answers an unseen prompt with the trained response.
     assert greedy(run_dir / "final", "Tell me about owls.", 12) == FIXED_ANSWER
 
@@ -133,7 +134,7 @@ def test_dpo_on_two_zero2_ranks_widens_the_chosen_rejected_margin(
     assert mean(margin[-3:]) > 0.5, margin  # measured ~1.2
     assert mean(series(records, "accuracy")[-3:]) >= 0.9
     assert mean(loss[-3:]) < 0.45, loss
-    assert all(r["timings"]["make_experience"] >= 0 for r in records)
+    assert all(g > 0 for g in series(records, "grad_norm"))
     assert (run_dir / "final" / "model.safetensors").exists()
 
 

@@ -125,6 +125,7 @@ class OfflineTrainRank(TrainedRank):
         self.engine.train()
         totals: dict[str, float] = defaultdict(float)
         counts: dict[str, int] = defaultdict(int)
+        dense_norm = None
         for start in range(0, rows, micro):
             part = self.to_device(
                 trim_right({k: v[start : start + micro] for k, v in shard.items()})
@@ -132,6 +133,8 @@ class OfflineTrainRank(TrainedRank):
             loss, stats = self.objective(part)
             self._require_finite(loss, step)
             self.engine.backward(loss)
+            if start + micro >= rows and self.settings.job.training.zero_stage == 0:
+                dense_norm = self._dense_grad_norm()
             self.engine.step()
             for key, value in stats.items():
                 number = float(value)
@@ -140,10 +143,20 @@ class OfflineTrainRank(TrainedRank):
                     counts[key] += 1
         out = {key: totals[key] / counts[key] for key in totals}
         grad_norm = self.engine.get_global_grad_norm()
+        grad_norm = dense_norm if grad_norm is None else grad_norm
         if grad_norm is not None:
             out["grad_norm"] = float(grad_norm)
         out["lr"] = lr
         return out
+
+    def _dense_grad_norm(self) -> float | None:
+        """Global gradient norm before clipping, for ZeRO-0, where DeepSpeed does not report
+        it: after the boundary's backward every rank holds the all-reduced gradients."""
+        norms = [
+            p.grad.detach().float().norm() for p in self.engine.parameters() if p.grad is not None
+        ]
+        # None where the gradients live elsewhere (e.g. bf16's fp32 master copies).
+        return float(torch.stack(norms).norm()) if norms else None
 
     def objective(self, part: dict[str, Tensor]) -> tuple[Tensor, Stats]:
         spec, algo = self.spec, self.settings.job.algorithm
