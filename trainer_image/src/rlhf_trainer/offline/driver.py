@@ -120,11 +120,8 @@ class OfflineTrainer:
     ) -> None:
         self.cfg, self.cluster, self.dataset, self.collate = cfg, cluster, dataset, collate
         self.checkpoints, self.reporter = checkpoints, reporter
-        self.total_steps, self.export_dir, self.tokenizer_dir = (
-            total_steps,
-            export_dir,
-            tokenizer_dir,
-        )
+        self.total_steps = total_steps
+        self.export_dir, self.tokenizer_dir = export_dir, tokenizer_dir
         self.state = TrainerState()
         self.saved_step = -1
         self.resumed_from: int | None = None
