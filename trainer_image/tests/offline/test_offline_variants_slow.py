@@ -181,3 +181,30 @@ def test_example_manifests_learn(ray_up: None, tmp_path: Path) -> None:
     # checkpoint.everySteps 8 and keep 2: only the two newest remain.
     kept = sorted(p.name for p in (tmp_path / "tiny-dpo-cpu" / "checkpoints").glob("step-*"))
     assert kept == ["step-000016", "step-000024"]
+
+
+def test_a_non_finite_loss_stops_every_rank_with_a_clear_message(
+    ray_up: None,
+    data_dir: Path,
+    tiny_model_dir: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A reward-model margin beyond float32 makes the first loss inf: both ranks stop before
+    their backward (no rank is left waiting in an all-reduce) and the run exits 1."""
+    job = offline_job(
+        "reward-model",
+        tiny_model_dir,
+        "preferences.jsonl",
+        steps=4,
+        lr=1e-3,
+        ranks=2,
+        zero=2,
+        micro=2,
+        algorithm_extra={"margin": 1e39},
+    )
+    assert run(job, data_dir, tmp_path / "inf") == 1
+    err = capsys.readouterr().err
+    assert "failed after 0 completed steps" in err
+    assert "the reward-model loss is not finite (NaN or inf) at step 1" in err
+    assert not list((tmp_path / "inf" / "checkpoints").glob("step-*"))
