@@ -119,3 +119,10 @@ def test_total_devices_and_resource_name() -> None:
 def test_tensor_parallel_engines_are_refused_clearly() -> None:
     with pytest.raises(ValueError, match="tensorParallelSize > 1 is not implemented"):
         plan_placement(job(rollout={"tensorParallelSize": 2}))
+
+
+def test_no_reference_rank_without_a_kl_term() -> None:
+    cfg = job("grpo")
+    cfg = cfg.model_copy(update={"algorithm": cfg.algorithm.model_copy(update={"kl_coef": 0.0})})
+    plan = plan_placement(cfg)
+    assert "reference" not in plan.roles()

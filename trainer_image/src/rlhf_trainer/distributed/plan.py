@@ -7,6 +7,8 @@ OpenRLHF's colocation options map to placement groups of "device" bundles:
 - `colocateCriticReward`: critic and reward-model ranks share bundles;
 - `colocateAll` (hybrid engine): every model and the vLLM engines share one set of bundles.
 
+With `algorithm.klCoef: 0` there is no KL term, and no reference rank is placed.
+
 A bundle asks for one unit of `placement.rayResource`: `GPU` on GPU machines; on CPU machines a
 custom resource (e.g. `GPU-like`) that the local Ray start declares, so the same placement logic
 runs, and is tested, without a GPU. Ranks that share a bundle ask for a fraction of it, so Ray
@@ -93,6 +95,10 @@ def plan_placement(cfg: JobConfig) -> PlacementPlan:
             f"engine uses one device); got {cfg.rollout.tensor_parallel_size}"
         )
     devices = role_devices(cfg)
+    if cfg.algorithm.kl_coef == 0:
+        # No KL term (in the reward or the loss): the reference policy is never needed, so
+        # it is not started at all (OpenRLHF does the same for init_kl_coef = 0).
+        devices.pop(REFERENCE, None)
     p = cfg.placement
     rewards = [(reward_role(i), p.reward_gpus) for i in range(len(cfg.models.reward_models))]
     engine = cfg.rollout.engine.value

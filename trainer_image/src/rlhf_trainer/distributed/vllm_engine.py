@@ -40,6 +40,12 @@ class SamplingSettings:
     top_k: int
     stop: tuple[str, ...] = ()
     stop_token_ids: tuple[int, ...] = ()
+    # Per-prompt seeds make rollouts reproducible (exact resume) at some cost: vLLM then
+    # samples each request with its own generator. Without them the engine's seeded
+    # generator is used, and samples depend on the batch.
+    seeded: bool = True
+    # Sampling log-probs of the chosen tokens (the trainer recomputes them; for checks).
+    logprobs: bool = False
 
 
 @dataclass(frozen=True)
@@ -87,8 +93,9 @@ class VLLMEngine:
         from vllm import SamplingParams
 
         requests = [{"prompt_token_ids": ids} for ids in prompts]
-        params = [
-            SamplingParams(
+
+        def params(seed: int | None) -> SamplingParams:
+            return SamplingParams(
                 n=sampling.n,
                 max_tokens=sampling.max_new_tokens,
                 temperature=sampling.temperature,
@@ -98,11 +105,13 @@ class VLLMEngine:
                 stop_token_ids=list(sampling.stop_token_ids) or None,
                 include_stop_str_in_output=True,
                 seed=seed,
-                logprobs=0,
+                logprobs=0 if sampling.logprobs else None,
             )
-            for seed in seeds
-        ]
-        outputs = self.llm.generate(requests, params, use_tqdm=False)  # type: ignore[arg-type]
+
+        per_request: SamplingParams | list[SamplingParams] = (
+            [params(seed) for seed in seeds] if sampling.seeded else params(None)
+        )
+        outputs = self.llm.generate(requests, per_request, use_tqdm=False)  # type: ignore[arg-type]
         return [
             [
                 Generated(

@@ -40,7 +40,7 @@ from .state import (
     save_state,
 )
 
-ACTOR_KEYS = ("input_ids", "attention_mask", "action_mask", "old_logp", "advantages")
+ACTOR_KEYS = ("input_ids", "attention_mask", "action_mask", "advantages")
 CRITIC_KEYS = ("input_ids", "attention_mask", "action_mask", "old_values", "returns")
 
 
@@ -175,7 +175,14 @@ class Trainer:
             ids: list[list[int]], seeds: list[int], n: int, max_new: int
         ) -> list[list[tuple[list[int], str]]]:
             settings = SamplingSettings(
-                n, max_new, r.temperature, r.top_p, r.top_k, tuple(r.stop), stop_ids
+                n,
+                max_new,
+                r.temperature,
+                r.top_p,
+                r.top_k,
+                tuple(r.stop),
+                stop_ids,
+                seeded=self.cfg.training.deterministic,
             )
             out = self.cluster.generate(ids, seeds, settings, self.pad_id)
             return [[(g.token_ids, g.finish_reason) for g in group] for group in out]
@@ -201,18 +208,22 @@ class Trainer:
         cfg, algo = self.cfg, self.cfg.algorithm
         batch = to_batch(samples, self.pad_id)
         mask = batch["action_mask"]
-        old_logp_p = self.cluster.actor_log_probs(batch)
+        # On-policy (one optimizer step per step, no KL to a reference): the policy that
+        # generated is the one being trained, so the old log-probs are the training forward's
+        # own (detached) and the extra forward pass is skipped, as TRL does.
+        old_logp_p = None if self.on_policy() else self.cluster.actor_log_probs(batch)
         ref_p = self.cluster.reference_log_probs(batch)
         values_p = self.cluster.critic_values(batch)
         rm_p = self.cluster.reward_model_scores(batch)
         with timer("reward"):
             raw, reward_metrics = self.hooks.scorer.score(samples, [p.result() for p in rm_p])
         check_finite("the combined reward", raw, step, "a reward source returned NaN/inf")
-        old_logp = old_logp_p.result()
+        old_logp = old_logp_p.result() if old_logp_p is not None else None
         ref_logp = ref_p.result() if ref_p is not None else None
         values = values_p.result() if values_p is not None else None
         hint = "the weights diverged; lower the learning rate (the last checkpoint is still good)"
-        check_finite("the actor's log-probs", torch.where(mask != 0, old_logp, 0.0), step, hint)
+        if old_logp is not None:
+            check_finite("the actor's log-probs", torch.where(mask != 0, old_logp, 0.0), step, hint)
         if values is not None:
             check_finite("the critic's values", torch.where(mask != 0, values, 0.0), step, hint)
 
@@ -228,7 +239,7 @@ class Trainer:
             algo,
             scores,
             mask,
-            old_logp=old_logp,
+            old_logp=old_logp if old_logp is not None else torch.zeros(mask.shape),
             ref_logp=ref_logp,
             values=values,
             kl_coef=self.kl.value,
@@ -239,7 +250,9 @@ class Trainer:
         check_finite("the returns", adv.returns, step, scale)
         kl = kl_statistic(adv.kl, mask)
         self.kl.update(kl, len(samples))
-        batch |= {"old_logp": old_logp, "advantages": adv.advantages, "returns": adv.returns}
+        batch |= {"advantages": adv.advantages, "returns": adv.returns}
+        if old_logp is not None:
+            batch["old_logp"] = old_logp
         if values is not None:
             batch["old_values"] = values
         if ref_logp is not None and algo.use_kl_loss:
@@ -262,9 +275,15 @@ class Trainer:
             metrics["values"] = float(masked_mean(values, real))
         return batch, metrics, normalizer_stats(normalizer) if algo.normalize_reward else {}
 
+    def on_policy(self) -> bool:
+        t = self.cfg.training
+        samples = t.rollout_batch_size * self.cfg.rollout.samples_per_prompt
+        one_step = t.ppo_epochs == 1 and samples == t.train_batch_size
+        return one_step and self.cfg.algorithm.kl_coef == 0
+
     def update(self, step: int, batch: dict[str, Tensor]) -> dict[str, float]:
         """PPO epochs on the actor and the critic at the same time (separate ranks)."""
-        actor_keys = ACTOR_KEYS + (("ref_logp",) if "ref_logp" in batch else ())
+        actor_keys = ACTOR_KEYS + tuple(k for k in ("old_logp", "ref_logp") if k in batch)
         frozen = step <= self.cfg.training.freeze_actor_steps
         actor = (
             None

@@ -93,7 +93,8 @@ class ActorWorker(TrainedRank):
             )
             return policy_objective(
                 logp,
-                micro["old_logp"],
+                # Absent on-policy (see the driver): the forward's own log-probs, detached.
+                micro["old_logp"] if "old_logp" in micro else logp.detach(),
                 micro["advantages"],
                 micro["action_mask"],
                 settings,

@@ -1,7 +1,8 @@
 """HF `generate` as the rollout engine (the `rollout.engine: hf` fallback, slow at scale).
 
-One sampling seed per call (HF samples from the global torch RNG, here forked so the rank's
-own stream is untouched): results depend on the weights, the prompts of the call and the seed.
+Seeded sampling uses one seed per call (HF samples from the global torch RNG, here forked so
+the rank's own stream is untouched): results depend on the weights, the prompts of the call
+and the seed. Unseeded, the rank's own (checkpointed) RNG stream is used.
 """
 
 from __future__ import annotations
@@ -67,8 +68,9 @@ def generate_responses(
         kwargs["top_k"] = sampling.top_k if sampling.top_k > 0 else None
     if sampling.stop:
         kwargs.update(stop_strings=list(sampling.stop), tokenizer=tokenizer)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seeds[0] if seeds else 0)
+    with torch.random.fork_rng(devices=[], enabled=sampling.seeded):
+        if sampling.seeded:
+            torch.manual_seed(seeds[0] if seeds else 0)
         out = model.generate(  # type: ignore[operator]
             input_ids=ids.to(device), attention_mask=mask.to(device), **kwargs
         )

@@ -1,0 +1,278 @@
+"""One RL step, phase by phase, and the same GRPO step through TRL's GRPOTrainer; JSON lines.
+
+    .venv/bin/python bench/ppo_step.py [--size tiny|M|L] [--steps 6] [--warmup 2]
+        [--dtype fp32|bf16] [--prompts 8] [--samples 4] [--new-tokens 64] [--skip-trl]
+
+Identical work on both sides (BENCH.md): the same random-init Llama and tokenizer, the same
+chat-templated repeat-letter prompts, `--samples` generations of `--new-tokens` tokens per prompt,
+one optimizer step over the whole batch per step (one PPO epoch), the same reward function,
+no KL term (so neither side runs a reference model), no gradient checkpointing. Ours runs
+through `rlhf run`'s code path (Ray placement, DeepSpeed ranks, vLLM engine, weight sync).
+
+Printed, one JSON line each:
+- `impl: rlhf, algorithm: grpo` and `algorithm: ppo` (critic + GAE): median seconds per
+  phase over the measured steps (generation, weight_sync, make_experience, training, total),
+  generated tokens/s, weight sync as a share of the step, start-up seconds;
+- `impl: trl`: median seconds per step and the share spent in `generate`;
+- `comparison`: ours/TRL step-time ratio (goal: <= 0.7 at size L) and the sync share (<= 2 %).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+
+SIZES: dict[str, dict[str, int]] = {
+    "tiny": {},  # RandomInit defaults: hidden 64, 2 layers, vocab 512
+    "M": {
+        "hiddenSize": 512,
+        "numLayers": 8,
+        "numHeads": 8,
+        "intermediateSize": 2048,
+        "vocabSize": 4096,
+    },
+    "L": {
+        "hiddenSize": 768,
+        "numLayers": 12,
+        "numHeads": 12,
+        "intermediateSize": 2048,
+        "vocabSize": 4096,
+    },
+}
+PHASES = ("generation", "weight_sync", "make_experience", "training", "total")
+
+
+def job_document(args: argparse.Namespace, algorithm: str) -> dict[str, Any]:
+    samples = args.prompts * args.samples
+    return {
+        "algorithm": {"name": algorithm, "klCoef": 0.0},
+        "models": {
+            "actor": {"randomInit": SIZES[args.size]},
+            "rewardFunction": {"builtin": "repeat-letter"},
+        },
+        "data": {"train": [{"builtin": "repeat-letter"}], "labelKey": "label"},
+        "rollout": {
+            "samplesPerPrompt": args.samples,
+            "maxNewTokens": args.new_tokens,
+            "temperature": 1.0,
+        },
+        "training": {
+            "rolloutBatchSize": args.prompts,
+            "trainBatchSize": samples,
+            "microTrainBatchSize": min(samples, args.micro),
+            "microRolloutBatchSize": samples,
+            "maxSteps": args.steps,
+            "actorLearningRate": 1e-5,
+            "criticLearningRate": 1e-5,
+            "zeroStage": 0,
+            "bf16": args.dtype == "bf16",
+        },
+        "placement": {"device": "cpu", "rayResource": "GPU-like"},
+        "checkpoint": {"everySteps": 10**6, "exportHf": False},
+        "logging": {"tensorboard": False},
+    }
+
+
+def median(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def run_ours(args: argparse.Namespace, algorithm: str, work: Path) -> dict[str, Any]:
+    from rlhf_trainer.config import load_document
+    from rlhf_trainer.loop.run import run_job
+
+    job = load_document(job_document(args, algorithm), f"bench-{algorithm}.yaml", work)
+    if job.config is None:
+        raise SystemExit("\n".join(job.problems))
+    run_dir = work / f"rlhf-{algorithm}"
+    start = time.perf_counter()
+    run_job(job, job.config, run_dir)
+    wall = time.perf_counter() - start
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in records if r.get("event") == "step"]
+    measured = steps[args.warmup :]
+    phases = {p: median([r["timings"].get(p, 0.0) for r in measured]) for p in PHASES}
+    phases["make_experience"] += 0.0  # reward scoring is inside make_experience
+    tokens = median([r["metrics"]["generated_tokens"] for r in measured])
+    return {
+        "bench": "ppo_step",
+        "impl": "rlhf",
+        "algorithm": algorithm,
+        "size": args.size,
+        "dtype": args.dtype,
+        "prompts": args.prompts,
+        "samples_per_prompt": args.samples,
+        "max_new_tokens": args.new_tokens,
+        "steps_measured": len(measured),
+        "step_s": round(phases["total"], 4),
+        "phases_s": {k: round(v, 4) for k, v in phases.items()},
+        "generated_tokens_per_step": tokens,
+        "tokens_per_s": round(tokens / phases["total"], 1),
+        "generation_tokens_per_s": round(tokens / phases["generation"], 1),
+        "weight_sync_share": round(phases["weight_sync"] / phases["total"], 4),
+        "startup_s": round(wall - sum(r["timings"]["total"] for r in steps), 1),
+        "reward_first_last": [steps[0]["metrics"]["reward"], steps[-1]["metrics"]["reward"]],
+    }
+
+
+def run_trl(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    import torch
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from rlhf_trainer.config import ModelSource, RandomInit
+    from rlhf_trainer.data.builtin import repeat_letter_prompt, repeat_letter_score
+    from rlhf_trainer.loop.run import cache_dir
+    from rlhf_trainer.models.loading import load_causal_lm, load_tokenizer, resolve_model_dir
+
+    spec = RandomInit.model_validate(SIZES[args.size])
+    model_dir = resolve_model_dir(ModelSource(random_init=spec), cache_dir())
+    tokenizer = load_tokenizer(model_dir)
+    model = load_causal_lm(model_dir, dtype=torch.float32)
+    rows = [
+        {"prompt": [{"role": "user", "content": repeat_letter_prompt(letter)}], "label": letter}
+        for letter in "ab" * (args.prompts * (args.steps + 1))
+    ]
+
+    def reward(
+        prompts: list[Any], completions: list[Any], label: list[str], **_: Any
+    ) -> list[float]:
+        texts = [c[0]["content"] if isinstance(c, list) else str(c) for c in completions]
+        return [repeat_letter_score(t, lab) for t, lab in zip(texts, label, strict=True)]
+
+    samples = args.prompts * args.samples
+    config = GRPOConfig(
+        output_dir=str(work / "trl"),
+        use_cpu=True,
+        bf16=args.dtype == "bf16",
+        per_device_train_batch_size=samples,
+        gradient_accumulation_steps=1,
+        num_generations=args.samples,
+        max_completion_length=args.new_tokens,
+        num_iterations=1,
+        beta=0.0,
+        learning_rate=1e-5,
+        temperature=1.0,
+        gradient_checkpointing=False,
+        max_steps=args.steps,
+        logging_steps=1,
+        report_to=[],
+        save_strategy="no",
+        seed=42,
+        dataloader_num_workers=0,
+    )
+    step_times: list[float] = []
+    generate_times: list[float] = []
+    current = {"generate": 0.0, "start": 0.0}
+
+    class Timing(TrainerCallback):  # type: ignore[misc]
+        def on_step_begin(self, *a: Any, **k: Any) -> None:
+            current["generate"], current["start"] = 0.0, time.perf_counter()
+
+        def on_step_end(self, *a: Any, **k: Any) -> None:
+            step_times.append(time.perf_counter() - current["start"])
+            generate_times.append(current["generate"])
+
+    original = model.generate
+
+    def timed_generate(*a: Any, **k: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return original(*a, **k)
+        finally:
+            current["generate"] += time.perf_counter() - start
+
+    model.generate = timed_generate  # type: ignore[method-assign]
+    torch.set_num_threads(os.cpu_count() or 1)
+    start = time.perf_counter()
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=[reward],
+        args=config,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+        callbacks=[Timing()],
+    )
+    trainer.train()
+    wall = time.perf_counter() - start
+    measured = step_times[args.warmup :]
+    gen = generate_times[args.warmup :]
+    step = median(measured)
+    return {
+        "bench": "ppo_step",
+        "impl": "trl",
+        "trl_version": __import__("trl").__version__,
+        "algorithm": "grpo",
+        "size": args.size,
+        "dtype": args.dtype,
+        "prompts": args.prompts,
+        "samples_per_prompt": args.samples,
+        "max_new_tokens": args.new_tokens,
+        "steps_measured": len(measured),
+        "step_s": round(step, 4),
+        "generation_s": round(median(gen), 4),
+        "generation_share": round(median(gen) / step, 3) if step else None,
+        "startup_s": round(wall - sum(step_times), 1),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", choices=sorted(SIZES), default="tiny")
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
+    parser.add_argument("--prompts", type=int, default=8)
+    parser.add_argument("--samples", type=int, default=4)
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--micro", type=int, default=32, help="Micro-batch (ours), samples.")
+    parser.add_argument("--skip-trl", action="store_true")
+    parser.add_argument("--algorithms", default="grpo,ppo")
+    args = parser.parse_args()
+    if args.steps <= args.warmup:
+        parser.error("--steps must exceed --warmup")
+    results: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-ppo-step-") as tmp:
+        work = Path(tmp)
+        for algorithm in args.algorithms.split(","):
+            results[algorithm] = run_ours(args, algorithm, work)
+            print(json.dumps(results[algorithm]), flush=True)
+        if not args.skip_trl:
+            results["trl"] = run_trl(args, work)
+            print(json.dumps(results["trl"]), flush=True)
+    if "trl" in results and "grpo" in results:
+        ours, trl = results["grpo"], results["trl"]
+        print(
+            json.dumps(
+                {
+                    "bench": "ppo_step",
+                    "comparison": "grpo rlhf/trl",
+                    "size": args.size,
+                    "dtype": args.dtype,
+                    "ours_step_s": ours["step_s"],
+                    "trl_step_s": trl["step_s"],
+                    "ratio_ours_over_trl": round(ours["step_s"] / trl["step_s"], 3),
+                    "goal_ratio": 0.7,
+                    "weight_sync_share": ours["weight_sync_share"],
+                    "goal_weight_sync_share": 0.02,
+                }
+            ),
+            flush=True,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
