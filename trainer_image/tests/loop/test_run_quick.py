@@ -71,6 +71,32 @@ def test_offline_algorithms_are_refused_by_name(
     assert f"algorithm.name: {algorithm} is not implemented yet" in err
 
 
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        pytest.param(
+            {"training": {"packingSamples": True}},
+            "training.packingSamples: sequence packing is not implemented yet",
+            id="packing",
+        ),
+        pytest.param(
+            {
+                "rollout": {"enableSleep": True},
+                "placement": {"colocateAll": True},
+                "training": {"freezeActorSteps": 0},
+            },
+            "rollout.enableSleep: vLLM sleep mode is not supported on CPUs",
+            id="vllm-sleep-on-cpu",
+        ),
+    ],
+)
+def test_unsupported_options_are_refused_by_field(
+    changes: dict[str, object], message: str, job_file: JobFile, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["run", str(job_file(**changes))]) == 1
+    assert message in capsys.readouterr().err
+
+
 def test_invalid_job_file_fails_with_the_problems(
     job_file: JobFile, capsys: pytest.CaptureFixture[str]
 ) -> None:

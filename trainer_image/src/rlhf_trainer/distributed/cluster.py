@@ -71,6 +71,9 @@ def start_ray(plan: PlacementPlan, device: Device, *, address: str | None = None
                 "log_to_driver": _verbose(),
                 "object_store_memory": 1 * 2**30 if device is Device.CPU else None,
             }
+            # Ray starts worker processes at niceness 15 by default; here the workers are the
+            # training itself, so they run at the driver's priority.
+            os.environ.setdefault("RAY_worker_niceness", "0")
             if device is Device.CPU:
                 if plan.resource == "GPU":
                     kwargs["num_gpus"] = plan.total_devices
@@ -149,6 +152,10 @@ class TrainingCluster:
         start_ray(self.plan, device)
         cpus = CPUS_PER_RANK[device]
         threads = 0 if self.on_gpu else rank_threads()
+        trained_ranks = sum(
+            self.plan.locate(r)[1].ranks for r in (ACTOR, CRITIC) if r in self.plan.roles()
+        )
+        train_threads = 0 if self.on_gpu else max(1, (os.cpu_count() or 1) // trained_ranks)
         env = {"TOKENIZERS_PARALLELISM": "false"}
         if threads:
             env["OMP_NUM_THREADS"] = str(threads)
@@ -164,7 +171,9 @@ class TrainingCluster:
             distributed: bool = True,
         ) -> RoleGroup:
             placed, share = self.plan.locate(role)
-            settings = WorkerSettings(job, model_dir, self.on_gpu, threads, total_optimizer_steps)
+            settings = WorkerSettings(
+                job, model_dir, self.on_gpu, threads, total_optimizer_steps, train_threads
+            )
             return RoleGroup(
                 role,
                 cls,
@@ -246,6 +255,7 @@ class TrainingCluster:
             kv_cache_bytes=kv,
             deterministic=t.deterministic,
             threads=threads,
+            enable_sleep=r.enable_sleep,
         )
 
     def _model_groups(self) -> list[RoleGroup]:
@@ -306,6 +316,15 @@ class TrainingCluster:
             [w.train.remote(s, step) for w, s in zip(self.critic.workers, shards, strict=True)],
             mean_over_ranks,
         )
+
+    def sleep_engines(self) -> None:
+        """Hybrid engine with `rollout.enableSleep`: free the engines' memory for training."""
+        if self.engines is not None and self.job.rollout.enable_sleep:
+            self.engines.call("sleep").result()
+
+    def wake_engines(self) -> None:
+        if self.engines is not None and self.job.rollout.enable_sleep:
+            self.engines.call("wake_up").result()
 
     def sync_weights(self) -> float:
         return self.weight_sync.sync() if self.weight_sync else 0.0

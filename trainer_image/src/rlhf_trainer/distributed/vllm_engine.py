@@ -29,6 +29,8 @@ class EngineSettings:
     kv_cache_bytes: int | None = None
     deterministic: bool = False
     threads: int = 0
+    # Hybrid engine on GPUs: free vLLM's memory while the models train (not on CPUs).
+    enable_sleep: bool = False
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,7 @@ class VLLMEngine:
             worker_extension_cls=EXTENSION,
             # Cached prefixes make numerics depend on what ran before; off for exact resume.
             enable_prefix_caching=not settings.deterministic,
+            enable_sleep_mode=settings.enable_sleep,
             **kwargs,
         )
 
@@ -128,8 +131,8 @@ class VLLMEngine:
         ]
 
     # --- weight sync ----------------------------------------------------------------------
-    def load_safetensors(self, blob: bytes) -> int:
-        return int(self.llm.collective_rpc("rlhf_load_safetensors", args=(blob,))[0])
+    def load_packed(self, packed: list[Any]) -> int:
+        return int(self.llm.collective_rpc("rlhf_load_packed", args=(packed,))[0])
 
     def init_weight_group(
         self, backend: str, address: str, port: int, rank: int, world_size: int
@@ -141,6 +144,13 @@ class VLLMEngine:
 
     def receive_weights(self, plan: list[Any]) -> int:
         return int(self.llm.collective_rpc("rlhf_receive_weights", args=(plan,))[0])
+
+    def sleep(self) -> None:
+        """Offload weights and drop the KV cache (level 1) while the models train."""
+        self.llm.sleep(level=1)
+
+    def wake_up(self) -> None:
+        self.llm.wake_up()
 
     def reset_prefix_cache(self) -> None:
         # Cached KV blocks were computed with the old weights.

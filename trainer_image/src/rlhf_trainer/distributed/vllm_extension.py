@@ -13,9 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from safetensors.torch import load as load_safetensors
 
-from .weights import TensorMeta, broadcast, new_group, unflatten
+from .weights import Packed, TensorMeta, broadcast, new_group, unflatten, unpack
 
 
 class WeightSyncExtension:
@@ -24,11 +23,10 @@ class WeightSyncExtension:
     model_runner: Any
     _rlhf_group: Any = None
 
-    def rlhf_load_safetensors(self, blob: bytes) -> int:
-        """Weights as safetensors bytes (from the object store: the colocated path)."""
-        weights = load_safetensors(blob)
-        self.model_runner.reload_weights(weights_iterator=iter(weights.items()))
-        return len(weights)
+    def rlhf_load_packed(self, packed: Packed) -> int:
+        """One bucket of weights from the object store (the colocated path)."""
+        self.model_runner.reload_weights(weights_iterator=iter(unpack(packed)))
+        return len(packed)
 
     def rlhf_init_weight_group(
         self, backend: str, address: str, port: int, rank: int, world_size: int

@@ -1,8 +1,9 @@
 """Actor -> vLLM weight sync after every update.
 
-- `object-store` (colocated engines, the hybrid engine): actor rank 0 serialises its weights
-  as safetensors bytes into Ray's shared-memory object store; each engine maps them and reloads
-  in place. This is the CPU analogue of OpenRLHF's CUDA-IPC handles: no network hop.
+- `object-store` (colocated engines, the hybrid engine): actor rank 0 puts its weights, packed
+  in large flat buffers, into Ray's shared-memory object store once; each engine reads them
+  there without a copy and reloads in place. This is the CPU analogue of OpenRLHF's CUDA-IPC
+  handles: no network hop, one copy in total.
 - `broadcast` (engines on their own devices): actor rank 0 and the engines form one process
   group (gloo on CPU, NCCL on GPU) and the weights are broadcast in flat buckets, loaded by
   the engines bucket by bucket.
@@ -60,9 +61,16 @@ class WeightSync:
         """Push the actor's current weights into every engine; returns the seconds it took."""
         start = time.perf_counter()
         if self.mode == OBJECT_STORE:
-            blobs = [w.safetensors_blob.remote(self.dtype) for w in self.actor.workers]
-            refs = [e.load_safetensors.remote(blobs[0]) for e in self.engines.workers]
-            ray.get(blobs[1:] + refs)
+            streams = [
+                w.packed_weights.options(num_returns="streaming").remote(self.dtype)
+                for w in self.actor.workers
+            ]
+            # Each bucket goes to every engine as soon as rank 0 has put it; an engine loads
+            # its buckets in order while the next ones are being packed.
+            loads = [e.load_packed.remote(ref) for ref in streams[0] for e in self.engines.workers]
+            for other in streams[1:]:
+                ray.get(list(other))
+            ray.get(loads)
         else:
             sends = [w.broadcast_weights.remote(self.dtype) for w in self.actor.workers]
             receives = [e.receive_weights.remote(self.plan) for e in self.engines.workers]

