@@ -1,0 +1,144 @@
+"""Pure parts of the distributed layer: DeepSpeed configs, weight naming and packing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from rlhf_trainer.config import TrainingConfig
+from rlhf_trainer.distributed.cluster import kv_cache_bytes
+from rlhf_trainer.distributed.strategy import (
+    eval_config,
+    gradient_accumulation,
+    total_optimizer_steps,
+    train_config,
+)
+from rlhf_trainer.distributed.weights import (
+    buckets,
+    checkpoint_name,
+    flatten,
+    iter_weights,
+    pack,
+    unflatten,
+    unpack,
+)
+
+
+def training(**kw: Any) -> TrainingConfig:
+    return TrainingConfig.model_validate(
+        {"trainBatchSize": 32, "microTrainBatchSize": 4, "microRolloutBatchSize": 8, **kw}
+    )
+
+
+@pytest.mark.parametrize(
+    ("kw", "ranks", "on_gpu", "expected"),
+    [
+        pytest.param(
+            {}, 1, False, {"accumulation": 8, "stage": 2, "offload": False}, id="one-rank"
+        ),
+        pytest.param(
+            {}, 2, False, {"accumulation": 4, "stage": 2, "offload": False}, id="two-ranks"
+        ),
+        pytest.param(
+            {"zeroStage": 3, "adamOffload": True},
+            2,
+            True,
+            {"accumulation": 4, "stage": 3, "offload": True},
+            id="zero3-offload-gpu",
+        ),
+        pytest.param(
+            {"zeroStage": 3, "adamOffload": True},
+            2,
+            False,
+            {"accumulation": 4, "stage": 3, "offload": False},
+            id="offload-is-moot-on-cpu",
+        ),
+    ],
+)
+def test_train_config(
+    kw: dict[str, Any], ranks: int, on_gpu: bool, expected: dict[str, Any]
+) -> None:
+    cfg = train_config(training(**kw), ranks, on_gpu=on_gpu)
+    assert cfg["gradient_accumulation_steps"] == expected["accumulation"]
+    assert cfg["train_batch_size"] == 32
+    assert cfg["zero_optimization"]["stage"] == expected["stage"]
+    assert ("offload_optimizer" in cfg["zero_optimization"]) is expected["offload"]
+    assert cfg["bf16"]["enabled"] is True and cfg["gradient_clipping"] == 1.0
+    # A torch optimizer instance is always passed in: no JIT-built DeepSpeed optimizer.
+    assert "optimizer" not in cfg
+
+
+def test_frozen_models_are_sharded_only_with_zero3() -> None:
+    assert eval_config(training(), 2)["zero_optimization"]["stage"] == 0
+    assert eval_config(training(zeroStage=3), 2)["zero_optimization"]["stage"] == 3
+
+
+def test_gradient_accumulation_must_divide() -> None:
+    with pytest.raises(ValueError, match="divisible by microTrainBatchSize x ranks"):
+        gradient_accumulation(30, 4, 2)
+
+
+def test_total_optimizer_steps() -> None:
+    # 10 steps x (64 samples / 32 per optimizer step) x 2 epochs.
+    assert total_optimizer_steps(10, 64, 32, 2) == 40
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.q_proj.weight"),
+        (
+            "base_model.model.model.layers.0.self_attn.q_proj.base_layer.weight",
+            "model.layers.0.self_attn.q_proj.weight",
+        ),
+        ("base_model.model.lm_head.weight", "lm_head.weight"),
+    ],
+)
+def test_checkpoint_names_drop_peft_wrapping(name: str, expected: str) -> None:
+    assert checkpoint_name(name) == expected
+
+
+def test_buckets_split_by_size_and_dtype_and_round_trip() -> None:
+    tensors = [
+        ("a", torch.arange(6, dtype=torch.float32).reshape(2, 3)),
+        ("b", torch.ones(4, dtype=torch.float32)),
+        ("c", torch.zeros(2, dtype=torch.bfloat16)),
+        ("d", torch.full((8,), 2.0)),
+    ]
+    grouped = list(buckets(iter(tensors), limit=40))
+    assert [[n for n, _ in b] for b in grouped] == [["a", "b"], ["c"], ["d"]]
+    for bucket in grouped:
+        flat, metas = flatten(bucket)
+        for (name, original), (name2, restored) in zip(bucket, unflatten(flat, metas), strict=True):
+            assert name == name2 and torch.equal(original, restored)
+        for (name, original), (name2, restored) in zip(bucket, unpack(pack(bucket)), strict=True):
+            assert name == name2 and restored.dtype == original.dtype
+            assert torch.equal(original, restored)
+
+
+def test_lora_weights_are_sent_merged() -> None:
+    from peft import LoraConfig, get_peft_model
+
+    base = torch.nn.Sequential()
+    base.add_module("proj", torch.nn.Linear(4, 3, bias=False))
+    model = get_peft_model(base, LoraConfig(r=2, lora_alpha=4, target_modules=["proj"]))
+    lora = model.base_model.model.proj
+    with torch.no_grad():
+        lora.lora_B["default"].weight.fill_(0.5)
+    expected = lora.base_layer.weight + lora.get_delta_weight("default")
+    weights = dict(iter_weights(model, rank=0, dtype=torch.float32))
+    assert list(weights) == ["proj.weight"]
+    assert torch.allclose(weights["proj.weight"], expected)
+    assert not torch.allclose(expected, lora.base_layer.weight)
+
+
+def test_kv_cache_is_sized_from_the_model(tmp_path: Path) -> None:
+    config = {"num_hidden_layers": 12, "num_attention_heads": 12, "hidden_size": 768}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    # 2 (K and V) x 12 layers x 768 x 2 bytes = 36 KiB per token, x 1.5 headroom.
+    assert kv_cache_bytes(str(tmp_path), 10_000, 2) == int(2 * 12 * 768 * 2 * 10_000 * 1.5)
+    assert kv_cache_bytes(str(tmp_path), 1, 2) == 32 * 2**20

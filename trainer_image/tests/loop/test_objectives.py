@@ -1,0 +1,80 @@
+"""The actor's objective: PPO surrogate, plus KL loss and entropy bonus when configured."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rlhf_trainer.algos.kl import kl_estimate
+from rlhf_trainer.algos.losses import aggregate_loss, ppo_policy_loss
+from rlhf_trainer.config import JobConfig
+from rlhf_trainer.loop.objectives import PolicyLossSettings, critic_objective, policy_objective
+
+LOGP = torch.tensor([[-1.0, -2.0, -0.5], [-0.3, -1.2, 0.0]])
+OLD = LOGP - 0.1
+REF = LOGP - 0.4
+ADV = torch.tensor([[1.0, 1.0, 1.0], [-1.0, -1.0, 0.0]])
+MASK = torch.tensor([[1, 1, 1], [1, 1, 0]])
+
+
+def settings(**algorithm: object) -> PolicyLossSettings:
+    cfg = JobConfig.model_validate(
+        {
+            "algorithm": {"name": "grpo", **algorithm},
+            "models": {"actor": {"randomInit": {}}, "rewardFunction": {"builtin": "f"}},
+            "data": {"train": [{"builtin": "d"}]},
+            "rollout": {"samplesPerPrompt": 2, "maxNewTokens": 7},
+            "training": {"rolloutBatchSize": 4, "trainBatchSize": 8, "microTrainBatchSize": 2},
+        }
+    )
+    return PolicyLossSettings.from_job(cfg)
+
+
+def test_plain_objective_is_the_ppo_surrogate() -> None:
+    loss, stats = policy_objective(LOGP, OLD, ADV, MASK, settings(), kl_coef=0.1)
+    expected, _ = ppo_policy_loss(LOGP, OLD, ADV, MASK)
+    assert torch.equal(loss, expected)
+    assert "kl_loss" not in stats and "entropy" not in stats
+
+
+def test_kl_loss_adds_the_weighted_estimate() -> None:
+    s = settings(useKlLoss=True, klEstimator="k3")
+    loss, stats = policy_objective(LOGP, OLD, ADV, MASK, s, kl_coef=0.1, ref_logp=REF)
+    surrogate, _ = ppo_policy_loss(LOGP, OLD, ADV, MASK)
+    kl = aggregate_loss(kl_estimate(LOGP, REF, "k3", mask=MASK), MASK, "token-mean")
+    assert torch.allclose(loss, surrogate + 0.1 * kl)
+    assert torch.allclose(stats["kl_loss"], kl)
+
+
+def test_kl_loss_without_reference_is_an_error() -> None:
+    with pytest.raises(ValueError, match="reference log-probs"):
+        policy_objective(LOGP, OLD, ADV, MASK, settings(useKlLoss=True), kl_coef=0.1)
+
+
+def test_entropy_bonus_lowers_the_loss_and_entropy_is_reported_either_way() -> None:
+    entropy = torch.full((2, 3), 2.0)
+    plain, stats = policy_objective(LOGP, OLD, ADV, MASK, settings(), kl_coef=0.0, entropy=entropy)
+    bonus, _ = policy_objective(
+        LOGP, OLD, ADV, MASK, settings(entropyCoef=0.01), kl_coef=0.0, entropy=entropy
+    )
+    assert torch.allclose(bonus, plain - 0.01 * 2.0)
+    assert float(stats["entropy"]) == pytest.approx(2.0)
+
+
+def test_token_sum_norm_divides_by_the_generation_limit() -> None:
+    s = settings(lossAggregation="seq-mean-token-sum-norm")
+    assert s.norm_length == 7.0  # rollout.maxNewTokens
+    loss, _ = policy_objective(LOGP, OLD, ADV, MASK, s, kl_coef=0.0)
+    expected, _ = ppo_policy_loss(
+        LOGP, OLD, ADV, MASK, aggregation="seq-mean-token-sum-norm", norm_length=7.0
+    )
+    assert torch.equal(loss, expected)
+
+
+def test_critic_objective_reports_value_statistics() -> None:
+    values = torch.zeros(2, 3, requires_grad=True)
+    loss, stats = critic_objective(values, torch.zeros(2, 3), torch.ones(2, 3), MASK, clip=0.2)
+    assert float(loss.detach()) == pytest.approx(0.5)
+    assert {"value_loss", "value_clip_frac", "value_values_mean"} <= set(stats)
+    loss.backward()
+    assert values.grad is not None
