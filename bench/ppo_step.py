@@ -138,11 +138,15 @@ def run_trl(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
     from rlhf_trainer.config import ModelSource, RandomInit
     from rlhf_trainer.data.builtin import repeat_letter_prompt, repeat_letter_score
-    from rlhf_trainer.loop.run import cache_dir
-    from rlhf_trainer.models.loading import load_causal_lm, load_tokenizer, resolve_model_dir
+    from rlhf_trainer.models.loading import (
+        load_causal_lm,
+        load_tokenizer,
+        model_cache_dir,
+        resolve_model_dir,
+    )
 
     spec = RandomInit.model_validate(SIZES[args.size])
-    model_dir = resolve_model_dir(ModelSource(random_init=spec), cache_dir())
+    model_dir = resolve_model_dir(ModelSource(random_init=spec), model_cache_dir())
     tokenizer = load_tokenizer(model_dir)
     model = load_causal_lm(model_dir, dtype=torch.float32)
     rows = [

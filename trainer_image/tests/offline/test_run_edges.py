@@ -8,7 +8,7 @@ import pytest
 
 from rlhf_trainer.config import JobConfig, ResumePolicy
 from rlhf_trainer.offline.driver import publish_dir
-from rlhf_trainer.offline.run import OfflineJobError, run_offline, total_steps, with_overrides
+from rlhf_trainer.offline.run import OfflineJobError, run_offline, total_steps
 
 from .jobs import offline_job
 from .synthetic import sft_rows, write_jsonl
@@ -36,9 +36,9 @@ def test_too_little_data_for_one_step_is_a_clear_error() -> None:
 
 def test_overrides_apply_and_revalidate() -> None:
     job = offline_job("sft", Path("/m"), "d.jsonl", steps=3, lr=1e-3)
-    changed = with_overrides(job, "never", 9)
+    changed = job.with_overrides(resume="never", max_steps=9)
     assert (changed.checkpoint.resume, changed.training.max_steps) == (ResumePolicy.NEVER, 9)
-    assert with_overrides(job, None, None) == job
+    assert job.with_overrides(resume=None, max_steps=None) == job
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ from pydantic import Field, model_validator
 
 from .algorithm import AlgorithmConfig
 from .base import ConfigModel, raise_problems
-from .checkpoint import CheckpointConfig
+from .checkpoint import CheckpointConfig, ResumePolicy
 from .cluster import EnvVar, PullPolicy, RunPolicy, SecretRefs
 from .data import DataConfig
 from .logging import LoggingConfig
@@ -37,6 +37,15 @@ class JobConfig(ConfigModel):
     def _cross_field_rules(self) -> Self:
         raise_problems(job_problems(self))
         return self
+
+    def with_overrides(self, *, resume: str | None, max_steps: int | None) -> JobConfig:
+        """This job with `rlhf run --resume/--max-steps` applied (validated again)."""
+        doc = self.model_dump(by_alias=False)
+        if resume is not None:
+            doc["checkpoint"]["resume"] = ResumePolicy(resume)
+        if max_steps is not None:
+            doc["training"]["max_steps"] = max_steps
+        return JobConfig.model_validate(doc)
 
 
 class JobSpec(JobConfig):

@@ -16,16 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlhf_trainer.config import (
-    AlgorithmName,
     Device,
     JobConfig,
     LoadedJob,
-    ResumePolicy,
     load_file,
 )
-
-# Offline trainers are declared in the API but not implemented by this trainer yet.
-NOT_IMPLEMENTED = frozenset(a for a in AlgorithmName if not a.is_online)
 
 
 class JobError(RuntimeError):
@@ -40,12 +35,6 @@ class RunResult:
     final_checkpoint: Path | None
 
 
-def cache_dir() -> Path:
-    """Where random-init models are built (deterministic, shared between runs)."""
-    default = Path.home() / ".cache" / "rlhf-operator" / "models"
-    return Path(os.environ.get("RLHF_CACHE_DIR", default))
-
-
 def select_job(path: Path) -> LoadedJob:
     jobs = load_file(path)
     problems = [f"{path}: {p}" for job in jobs for p in job.problems]
@@ -57,22 +46,7 @@ def select_job(path: Path) -> LoadedJob:
     return jobs[0]
 
 
-def with_overrides(cfg: JobConfig, resume: str | None, max_steps: int | None) -> JobConfig:
-    doc = cfg.model_dump(by_alias=False)
-    if resume is not None:
-        doc["checkpoint"]["resume"] = ResumePolicy(resume)
-    if max_steps is not None:
-        doc["training"]["max_steps"] = max_steps
-    return JobConfig.model_validate(doc)
-
-
 def check_implemented(cfg: JobConfig) -> None:
-    if cfg.algorithm.name in NOT_IMPLEMENTED:
-        raise JobError(
-            f"algorithm.name: {cfg.algorithm.name.value} is not implemented yet in this trainer "
-            f"(offline trainers); implemented: "
-            f"{', '.join(sorted(a.value for a in AlgorithmName if a.is_online))}"
-        )
     if cfg.training.packing_samples:
         raise JobError(
             "training.packingSamples: sequence packing is not implemented yet in this trainer "
@@ -113,7 +87,7 @@ def run_job(job: LoadedJob, cfg: JobConfig, run_dir: Path) -> RunResult:
     from rlhf_trainer.data.prompts import load_prompts
     from rlhf_trainer.distributed.cluster import ModelDirs, TrainingCluster
     from rlhf_trainer.distributed.strategy import total_optimizer_steps
-    from rlhf_trainer.models.loading import load_tokenizer, resolve_model_dir
+    from rlhf_trainer.models.loading import load_tokenizer, model_cache_dir, resolve_model_dir
     from rlhf_trainer.models.tiny import ModelKind
 
     from .driver import Hooks, Trainer
@@ -122,7 +96,7 @@ def run_job(job: LoadedJob, cfg: JobConfig, run_dir: Path) -> RunResult:
 
     torch.manual_seed(cfg.training.seed)
     models, base = cfg.models, job.base_dir
-    cache = cache_dir()
+    cache = model_cache_dir()
     actor_dir = resolve_model_dir(models.actor, cache, "causal-lm", base)
     critic_dir = None
     if cfg.algorithm.name.needs_critic:
@@ -223,14 +197,27 @@ def run_from_cli(
     started = time.time()
     try:
         job = select_job(path)
-        if job.config is None:  # select_job returns valid jobs only
+        config = job.config
+        if config is None:  # select_job returns valid jobs only
             raise JobError(f"{path}: no job config")
-        cfg = with_overrides(job.config, resume, max_steps)
-        check_implemented(cfg)
         # In a RayJob the config file is named job.yaml; the operator names the run.
         if not job.is_manifest:
             job = dataclasses.replace(job, name=os.environ.get("RLHF_JOB_NAME", job.name))
         out = run_dir or Path("runs") / job.name
+        if not config.algorithm.name.is_online:
+            # SFT, reward model, DPO/IPO/cDPO, KTO: a fixed data set, no rollouts.
+            from rlhf_trainer.offline.run import run_offline
+
+            return run_offline(
+                config,
+                name=job.name,
+                base_dir=job.base_dir,
+                run_dir=out,
+                resume=resume,
+                max_steps=max_steps,
+            )
+        cfg = config.with_overrides(resume=resume, max_steps=max_steps)
+        check_implemented(cfg)
         result = run_job(job, cfg, out)
     except JobError as err:
         print(f"rlhf run: {err}", file=sys.stderr)

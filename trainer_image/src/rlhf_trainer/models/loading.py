@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,13 @@ _PATH_PREFIXES = ("./", "../", "~", ".\\", "..\\")
 
 class ModelLoadError(RuntimeError):
     """A model or tokenizer could not be loaded; the message says what was tried."""
+
+
+def model_cache_dir() -> Path:
+    """Where random-init models are built (deterministic, shared by every run and trainer):
+    `RLHF_CACHE_DIR`, default `~/.cache/rlhf-operator/models`."""
+    default = Path.home() / ".cache" / "rlhf-operator" / "models"
+    return Path(os.environ.get("RLHF_CACHE_DIR", default))
 
 
 def random_init_dir(source: ModelSource, cache_dir: Path, kind: ModelKind) -> Path:

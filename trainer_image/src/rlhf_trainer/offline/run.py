@@ -19,7 +19,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from rlhf_trainer.config import JobConfig, ResumePolicy
+from rlhf_trainer.config import JobConfig
+from rlhf_trainer.models.loading import model_cache_dir
 
 from .kinds import OfflineConfigError, OfflineSpec, TrainerKind, offline_spec
 
@@ -44,23 +45,6 @@ class OfflineResult:
     resumed_from: int | None
     final_dir: Path | None
     checkpoint: Path | None
-
-
-def cache_dir() -> Path:
-    """Where random-init models are built; the same place as the online trainer's
-    (`RLHF_CACHE_DIR`, default `~/.cache/rlhf-operator/models`), so both share builds."""
-    default = Path.home() / ".cache" / "rlhf-operator" / "models"
-    return Path(os.environ.get("RLHF_CACHE_DIR", default))
-
-
-def with_overrides(cfg: JobConfig, resume: str | None, max_steps: int | None) -> JobConfig:
-    """The job with `--resume` / `--max-steps` applied (validated again)."""
-    doc = cfg.model_dump(by_alias=False)
-    if resume is not None:
-        doc["checkpoint"]["resume"] = ResumePolicy(resume)
-    if max_steps is not None:
-        doc["training"]["max_steps"] = max_steps
-    return JobConfig.model_validate(doc)
 
 
 def total_steps(cfg: JobConfig, num_samples: int) -> int:
@@ -110,7 +94,7 @@ def train_offline(cfg: JobConfig, *, name: str, base_dir: Path, run_dir: Path) -
             "batches are padded instead (same result, more compute)",
             file=sys.stderr,
         )
-    cache = cache_dir()
+    cache = model_cache_dir()
     model_dir = resolve_model_dir(cfg.models.actor, cache, spec.model_kind, base_dir)
     reference_dir = None
     if spec.needs_reference:
@@ -189,7 +173,7 @@ def run_offline(
     """Run one offline job (sft, reward-model, dpo, ipo, cdpo, kto); the process exit code."""
     started = time.time()
     try:
-        cfg = with_overrides(job, resume, max_steps)
+        cfg = job.with_overrides(resume=resume, max_steps=max_steps)
         result = train_offline(cfg, name=name, base_dir=Path(base_dir), run_dir=Path(run_dir))
     except (OfflineConfigError, OfflineJobError) as err:
         print(f"rlhf run: {err}", file=sys.stderr)
