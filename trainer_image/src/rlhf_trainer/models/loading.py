@@ -23,7 +23,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from rlhf_trainer.config import ModelSource
+from rlhf_trainer.config import ModelSource, TrainingConfig
 
 from .tiny import ModelKind, build_record, build_tiny_model
 from .value import ValueModel, init_value_head
@@ -128,6 +128,31 @@ def load_causal_lm(
         )
     except (OSError, ValueError) as err:
         raise ModelLoadError(f"cannot load causal LM: {_load_hint(str(path))}: {err}") from err
+    return model
+
+
+def load_trainable_causal_lm(path: str | Path, training: TrainingConfig) -> Any:
+    """A causal LM ready to train in fp32 master weights: gradient checkpointing and LoRA
+    (peft) applied as `training` asks. The actor of the online loop and the model of the
+    offline trainers both start here."""
+    model: Any = load_causal_lm(path, dtype=torch.float32)
+    if training.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.config.use_cache = False
+    if training.lora is not None:
+        from peft import LoraConfig, TaskType, get_peft_model
+
+        model.enable_input_require_grads()
+        model = get_peft_model(
+            model,
+            LoraConfig(
+                task_type=TaskType.CAUSAL_LM,
+                r=training.lora.rank,
+                lora_alpha=training.lora.alpha,
+                lora_dropout=training.lora.dropout,
+                target_modules=list(training.lora.target_modules),
+            ),
+        )
     return model
 
 

@@ -85,30 +85,9 @@ class OfflineTrainRank(TrainedRank):
         return count_params(model)
 
     def _causal_lm(self) -> Any:
-        from rlhf_trainer.models.loading import load_causal_lm
+        from rlhf_trainer.models.loading import load_trainable_causal_lm
 
-        t = self.settings.job.training
-        model: Any = load_causal_lm(self.settings.model_dir, dtype=torch.float32)
-        if t.gradient_checkpointing:
-            model.gradient_checkpointing_enable(
-                gradient_checkpointing_kwargs={"use_reentrant": False}
-            )
-            model.config.use_cache = False
-        if t.lora is not None:
-            from peft import LoraConfig, TaskType, get_peft_model
-
-            model.enable_input_require_grads()
-            model = get_peft_model(
-                model,
-                LoraConfig(
-                    task_type=TaskType.CAUSAL_LM,
-                    r=t.lora.rank,
-                    lora_alpha=t.lora.alpha,
-                    lora_dropout=t.lora.dropout,
-                    target_modules=list(t.lora.target_modules),
-                ),
-            )
-        return model
+        return load_trainable_causal_lm(self.settings.model_dir, self.settings.job.training)
 
     # --- one optimiser step ---------------------------------------------------------------
     def train_step(self, shard: dict[str, Tensor], step: int) -> dict[str, float]:
