@@ -68,6 +68,7 @@ def job_document(args: argparse.Namespace, algorithm: str) -> dict[str, Any]:
             "samplesPerPrompt": args.samples,
             "maxNewTokens": args.new_tokens,
             "temperature": 1.0,
+            "engine": args.engine,
         },
         "training": {
             "rolloutBatchSize": args.prompts,
@@ -80,7 +81,12 @@ def job_document(args: argparse.Namespace, algorithm: str) -> dict[str, Any]:
             "zeroStage": 0,
             "bf16": args.dtype == "bf16",
         },
-        "placement": {"device": "cpu", "rayResource": "GPU-like"},
+        "placement": {
+            "device": "cpu",
+            "rayResource": "GPU-like",
+            # Hybrid engine: weights reach vLLM through the object store, not a broadcast.
+            "colocateAll": args.hybrid,
+        },
         "checkpoint": {"everySteps": 10**6, "exportHf": False},
         "logging": {"tensorboard": False},
     }
@@ -148,7 +154,7 @@ def run_trl(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     spec = RandomInit.model_validate(SIZES[args.size])
     model_dir = resolve_model_dir(ModelSource(random_init=spec), model_cache_dir())
     tokenizer = load_tokenizer(model_dir)
-    model = load_causal_lm(model_dir, dtype=torch.float32)
+    model: Any = load_causal_lm(model_dir, dtype=torch.float32)
     rows = [
         {"prompt": [{"role": "user", "content": repeat_letter_prompt(letter)}], "label": letter}
         for letter in "ab" * (args.prompts * (args.steps + 1))
@@ -247,6 +253,8 @@ def main() -> int:
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--micro", type=int, default=32, help="Micro-batch (ours), samples.")
     parser.add_argument("--skip-trl", action="store_true")
+    parser.add_argument("--hybrid", action="store_true", help="Ours: colocate all (hybrid).")
+    parser.add_argument("--engine", choices=["vllm", "hf"], default="vllm", help="Ours.")
     parser.add_argument("--algorithms", default="grpo,ppo")
     parser.add_argument("--repeats", type=int, default=1, help="Interleaved rounds.")
     args = parser.parse_args()

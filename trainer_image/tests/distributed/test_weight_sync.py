@@ -2,9 +2,9 @@
 
 The cluster is real: Ray placement groups on a custom resource, DeepSpeed actor ranks, vLLM
 (CPU build) engines as Ray actors. The actor takes one large PPO step (so greedy decoding
-really changes), the weights go to the engines (gloo broadcast, or the object store for the
-hybrid engine), and the engines' greedy continuations are compared with HF `generate` on the
-actor exported in HF format.
+really changes), the weights go to the engines (a gloo broadcast group, as NCCL between
+separate GPUs; or the object store, the CPU and hybrid-engine path), and the engines' greedy
+continuations are compared with HF `generate` on the actor exported in HF format.
 """
 
 from __future__ import annotations
@@ -127,7 +127,11 @@ def check_sync_after_update(cluster: Any, tokenizer: Any, tmp_path: Path) -> str
     return str(cluster.weight_sync.mode)
 
 
-def test_broadcast_sync_vllm_greedy_equals_hf_greedy(cluster_factory: Any, tmp_path: Path) -> None:
+def test_broadcast_sync_vllm_greedy_equals_hf_greedy(
+    cluster_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The GPU path between separate devices (NCCL there), exercised with gloo.
+    monkeypatch.setenv("RLHF_WEIGHT_SYNC", "broadcast")
     cluster, tokenizer = cluster_factory(job())
     assert check_sync_after_update(cluster, tokenizer, tmp_path) == "broadcast"
 

@@ -115,6 +115,20 @@ def _create_pg(group: GroupPlan, resource: str, cpus: float) -> PlacementGroup:
     return pg
 
 
+def weight_sync_mode(colocated: bool, *, on_gpu: bool) -> str:
+    """NCCL broadcast between separate GPUs; the object store when colocated (the hybrid
+    engine) and on CPUs, where a gloo broadcast is a TCP copy and, measured on 2 cores, its
+    group slowed the actor's training by ~25 % besides. `RLHF_WEIGHT_SYNC` overrides."""
+    override = os.environ.get("RLHF_WEIGHT_SYNC")
+    if override:
+        if override not in (OBJECT_STORE, BROADCAST):
+            raise ClusterError(
+                f"RLHF_WEIGHT_SYNC must be {OBJECT_STORE} or {BROADCAST}; got {override!r}"
+            )
+        return override
+    return BROADCAST if on_gpu and not colocated else OBJECT_STORE
+
+
 def rank_threads() -> int:
     """Torch threads per model rank on CPU: actor and critic (and the forward passes of actor,
     reference and critic) run at the same time, so each gets half the cores; oversubscribed
@@ -147,9 +161,19 @@ class TrainingCluster:
     def __init__(self, job: JobConfig, dirs: ModelDirs, *, total_optimizer_steps: int) -> None:
         self.job, self.dirs = job, dirs
         self.plan = plan_placement(job)
-        device = job.placement.device
-        self.on_gpu = device is Device.GPU
-        start_ray(self.plan, device)
+        self.on_gpu = job.placement.device is Device.GPU
+        start_ray(self.plan, job.placement.device)
+        self.pgs: dict[str, PlacementGroup] = {}
+        self._created: list[RoleGroup] = []
+        try:
+            self._start(total_optimizer_steps)
+        except BaseException:
+            # On a joined (cluster) Ray nothing else would remove what was started so far.
+            self.shutdown()
+            raise
+
+    def _start(self, total_optimizer_steps: int) -> None:
+        job, dirs, device = self.job, self.dirs, self.job.placement.device
         cpus = CPUS_PER_RANK[device]
         threads = 0 if self.on_gpu else rank_threads()
         trained_ranks = sum(
@@ -159,7 +183,8 @@ class TrainingCluster:
         env = {"TOKENIZERS_PARALLELISM": "false"}
         if threads:
             env["OMP_NUM_THREADS"] = str(threads)
-        self.pgs = {g.name: _create_pg(g, self.plan.resource, cpus) for g in self.plan.groups}
+        for placed_group in self.plan.groups:
+            self.pgs[placed_group.name] = _create_pg(placed_group, self.plan.resource, cpus)
 
         def group(
             role: str,
@@ -174,7 +199,7 @@ class TrainingCluster:
             settings = WorkerSettings(
                 job, model_dir, self.on_gpu, threads, total_optimizer_steps, train_threads
             )
-            return RoleGroup(
+            made = RoleGroup(
                 role,
                 cls,
                 share.ranks,
@@ -186,6 +211,8 @@ class TrainingCluster:
                 args=args if args is not None else (settings,),
                 distributed=distributed,
             )
+            self._created.append(made)
+            return made
 
         roles = set(self.plan.roles())
         # Engines first: their start-up is the longest and overlaps the models' loading.
@@ -223,7 +250,7 @@ class TrainingCluster:
             self.engines.call("ping").result()
         self.weight_sync: WeightSync | None = None
         if self.engines is not None:
-            mode = OBJECT_STORE if job.placement.colocate_all else BROADCAST
+            mode = weight_sync_mode(job.placement.colocate_all, on_gpu=self.on_gpu)
             self.weight_sync = WeightSync(
                 self.actor,
                 self.engines,
@@ -363,9 +390,8 @@ class TrainingCluster:
 
     # --- teardown -------------------------------------------------------------------------
     def shutdown(self) -> None:
-        groups = self._model_groups() + ([self.engines] if self.engines else [])
         # Best effort: a process may be gone already.
-        for g in groups:
+        for g in self._created:
             with contextlib.suppress(Exception):
                 g.kill()
         for pg in self.pgs.values():

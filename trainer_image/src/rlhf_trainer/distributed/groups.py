@@ -6,6 +6,7 @@ blocks, so independent stages (e.g. actor and reference log-probs) run at the sa
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -70,13 +71,17 @@ class RoleGroup:
         self.role = role
         remote_cls: Any = ray.remote(worker_cls)
         self.workers: list[Any] = []
-        for rank in range(ranks):
-            options = actor_options(pg, first_bundle + rank, resource, fraction, cpus, env)
-            name_args = (role, rank, ranks, *args) if distributed else tuple(args)
-            self.workers.append(remote_cls.options(**options).remote(*name_args))
-        if distributed:
-            address, port = ray.get(self.workers[0].master_address.remote())
-            ray.get([w.init_distributed.remote(address, port) for w in self.workers])
+        try:
+            for rank in range(ranks):
+                options = actor_options(pg, first_bundle + rank, resource, fraction, cpus, env)
+                name_args = (role, rank, ranks, *args) if distributed else tuple(args)
+                self.workers.append(remote_cls.options(**options).remote(*name_args))
+            if distributed:
+                address, port = ray.get(self.workers[0].master_address.remote())
+                ray.get([w.init_distributed.remote(address, port) for w in self.workers])
+        except BaseException:
+            self.kill()  # the caller never gets this group, so it cannot clean it up
+            raise
 
     @property
     def size(self) -> int:
@@ -105,7 +110,8 @@ class RoleGroup:
 
     def kill(self) -> None:
         for worker in self.workers:
-            ray.kill(worker, no_restart=True)
+            with contextlib.suppress(Exception):  # best effort: it may be gone already
+                ray.kill(worker, no_restart=True)
         self.workers = []
 
 

@@ -8,6 +8,7 @@
   group (gloo on CPU, NCCL on GPU) and the weights are broadcast in flat buckets, loaded by
   the engines bucket by bucket.
 
+`cluster.weight_sync_mode` picks: broadcast between separate GPUs, the object store otherwise.
 With ZeRO-3 every actor rank takes part (parameters are gathered one by one); only rank 0
 sends.
 """
