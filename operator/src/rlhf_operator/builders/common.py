@@ -92,7 +92,7 @@ def trainer_image(job: RLHFJob, settings: OperatorSettings) -> str:
         raise BuildError(
             "spec.image",
             "no trainer image: set spec.image, or the operator's default "
-            "(RLHF_OPERATOR_DEFAULT_TRAINER_IMAGE, Helm value trainer.image)",
+            "(RLHF_OPERATOR_DEFAULT_TRAINER_IMAGE, Helm value trainer.defaultImage)",
         )
     return image
 
