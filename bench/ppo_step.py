@@ -110,6 +110,9 @@ def run_ours(args: argparse.Namespace, algorithm: str, work: Path) -> dict[str, 
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in records if r.get("event") == "step"]
     measured = steps[args.warmup :]
+    for r in measured:
+        # The run's last step also writes the final checkpoint: not part of a step's work.
+        r["timings"]["total"] -= r["timings"].get("checkpoint", 0.0)
     phases = {p: median([r["timings"].get(p, 0.0) for r in measured]) for p in PHASES}
     tokens = median([r["metrics"]["generated_tokens"] for r in measured])
     # The actor's update as timed inside its rank (the rest of "training" is transfer/wait).

@@ -265,10 +265,8 @@ class TrainingCluster:
         return "bfloat16" if self.job.training.bf16 else "float32"
 
     def _engine_settings(self, threads: int) -> EngineSettings:
-        r, d, t = self.job.rollout, self.job.data, self.job.training
-        max_len = r.max_model_len or min(
-            d.max_prompt_length + r.max_new_tokens, model_max_length(self.dirs.actor)
-        )
+        r, t = self.job.rollout, self.job.training
+        max_len = self.max_context()
         per_engine = -(-t.rollout_batch_size * r.samples_per_prompt // r.num_engines)
         kv = kv_cache_bytes(self.dirs.actor, per_engine * max_len, 2 if t.bf16 else 4)
         return EngineSettings(
@@ -284,6 +282,18 @@ class TrainingCluster:
             threads=threads,
             enable_sleep=r.enable_sleep,
         )
+
+    def max_context(self) -> int:
+        """The longest prompt + response the engines accept: `rollout.maxModelLen`, else the
+        prompt and one turn's tokens, or for agents the model's own limit (turns and
+        environment feedback add up), never beyond the model's positions."""
+        r, d = self.job.rollout, self.job.data
+        if r.max_model_len:
+            return r.max_model_len
+        limit = model_max_length(self.dirs.actor)
+        if r.agent is not None and r.agent.path is not None:
+            return limit
+        return min(d.max_prompt_length + r.max_new_tokens, limit)
 
     def _model_groups(self) -> list[RoleGroup]:
         groups = [self.actor]

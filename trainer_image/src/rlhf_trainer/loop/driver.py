@@ -195,11 +195,14 @@ class Trainer:
         ]
         if self.hooks.agent_cls is None:
             return single_turn(prompts, engine, self.tokenizer, self.cfg, step)
-        max_context = self.cfg.data.max_prompt_length + r.max_new_tokens * (
-            r.agent.max_turns if r.agent else 1
-        )
         return multi_turn(
-            prompts, engine, self.tokenizer, self.cfg, step, self.hooks.agent_cls, max_context
+            prompts,
+            engine,
+            self.tokenizer,
+            self.cfg,
+            step,
+            self.hooks.agent_cls,
+            self.cluster.max_context(),
         )
 
     def make_experience(
