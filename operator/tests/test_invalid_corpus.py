@@ -13,9 +13,10 @@ import yaml
 
 from corpus import base_manifest, invalid_cases, names_field
 from rlhf_trainer.config import load_document, load_file
+from support.examples import example_files, example_id
 
 REPO = Path(__file__).resolve().parents[2]
-EXAMPLES = sorted((REPO / "manifests" / "examples").glob("*.yaml"))
+EXAMPLES = example_files()
 CREATE_CASES = [c for c in invalid_cases() if c.update is None]
 
 
@@ -28,7 +29,7 @@ def test_base_manifest_is_valid() -> None:
     assert job.ok, job.problems
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", EXAMPLES, ids=example_id)
 def test_examples_are_valid(path: Path) -> None:
     for job in load_file(path):
         assert job.ok, job.problems

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from corpus import InvalidCase, base_manifest, invalid_cases
+from support.examples import example_files, example_id
 
 from .client import ApiClient, ApiResult, load_manifests
 
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.apiserver
 
 REPO = Path(__file__).resolve().parents[3]
 CRD = REPO / "crds" / "rlhf.dev_rlhfjobs.yaml"
-EXAMPLES = sorted((REPO / "manifests" / "examples").glob("*.yaml"))
+EXAMPLES = example_files()
 CASES = invalid_cases()
 SERVER_CREATE = [c for c in CASES if c.server and c.update is None]
 CLIENT_ONLY = [c for c in CASES if not c.server]
@@ -47,7 +48,7 @@ def _mentions(result: ApiResult, path: str) -> bool:
     return path in text or path.removeprefix("spec.") in text
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", EXAMPLES, ids=example_id)
 def test_examples_are_accepted(api: ApiClient, path: Path) -> None:
     for manifest in load_manifests(path):
         result = api.create(manifest, dry_run=True)

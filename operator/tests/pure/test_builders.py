@@ -20,13 +20,13 @@ from rlhf_operator.builders.children import render_children
 from rlhf_operator.builders.common import BuildError, multiply_quantity
 from rlhf_operator.render import render_file, to_yaml
 from rlhf_operator.settings import OperatorSettings
+from support.examples import example_files
 
 from .factories import make_job
 from .kuberay import rayjob_errors
 
 FIXTURES = Path(__file__).parent / "fixtures"
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
-EXAMPLES = Path(__file__).resolve().parents[3] / "manifests" / "examples"
 SETTINGS = OperatorSettings(default_trainer_image="rlhf-trainer:test", instance="test")
 FIXTURE_FILES = sorted(FIXTURES.glob("*.yaml"))
 KUBERNETES_VERSION = "1.33.0"
@@ -49,7 +49,7 @@ def test_golden(path: Path) -> None:
 
 
 def _example_and_fixture_files() -> list[Path]:
-    return FIXTURE_FILES + sorted(EXAMPLES.glob("*.yaml"))
+    return FIXTURE_FILES + example_files()
 
 
 @pytest.mark.parametrize("path", _example_and_fixture_files(), ids=lambda p: p.stem)

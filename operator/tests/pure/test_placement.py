@@ -90,7 +90,7 @@ OTHER_LAYOUTS = [
         8,
         [("gpu8", 1, 8)],
         algorithm="grpo",
-        extra={"models": {"rewardModels": None, "rewardFunction": {"builtin": "gsm8k"}}},
+        extra={"models": {"rewardModels": None, "rewardFunction": {"builtin": "repeat-letter"}}},
     ),
     Layout(
         "remainder-pod-gets-its-own-shape-20gpu",
@@ -136,18 +136,28 @@ OTHER_LAYOUTS = [
         4,
         [("cpu2", 2, 2)],
         algorithm="grpo",
-        extra={"models": {"rewardModels": None, "rewardFunction": {"builtin": "gsm8k"}}},
+        extra={"models": {"rewardModels": None, "rewardFunction": {"builtin": "repeat-letter"}}},
     ),
 ]
 
 
 def _spec_for(layout: Layout) -> Any:
-    return make_spec(
+    """The layout's spec. Tensor-parallel engines are refused by the config rules until the
+    trainer implements them, but their layout is already planned: such specs are validated
+    with as many single-device engines, then given the engines x tensor parallel to plan."""
+    tp = layout.rollout.get("tensorParallelSize", 1)
+    engines = layout.rollout.get("numEngines", 1)
+    rollout = {**layout.rollout, "numEngines": engines * tp, "tensorParallelSize": 1}
+    spec = make_spec(
         algorithm={"name": layout.algorithm},
         placement=layout.placement,
-        rollout=layout.rollout,
+        rollout=rollout if layout.rollout else {},
         **layout.extra,
     )
+    if tp == 1:
+        return spec
+    planned = spec.rollout.model_copy(update={"num_engines": engines, "tensor_parallel_size": tp})
+    return spec.model_copy(update={"rollout": planned})
 
 
 @pytest.mark.parametrize("layout", PAPER_LAYOUTS + OTHER_LAYOUTS, ids=lambda x: x.id)
@@ -224,16 +234,21 @@ def test_impossible_layouts_rejected_by_config_rules(sections: dict[str, Any], f
         make_spec(**sections)
 
 
-def test_tp_larger_than_cpu_pod_is_a_placement_error() -> None:
-    # The config rule covers GPU nodes only; a CPU pod must still hold a whole engine.
-    spec = make_spec(
-        placement={"device": "cpu", "gpusPerNode": 1},
-        rollout={"numEngines": 1, "tensorParallelSize": 2},
+def test_tp_larger_than_a_pod_is_a_placement_error() -> None:
+    # CPU pods too must hold a whole engine (plan() also sees specs built without the rules).
+    valid = make_spec(placement={"device": "cpu", "gpusPerNode": 1})
+    spec = valid.model_copy(
+        update={"rollout": valid.rollout.model_copy(update={"tensor_parallel_size": 2})}
     )
     with pytest.raises(PlacementError) as err:
         plan(spec)
     assert err.value.field == "spec.rollout.tensorParallelSize"
-    assert "gpusPerNode is 1" in str(err.value)
+    assert "placement.gpusPerNode (1)" in str(err.value)
+
+
+def test_tensor_parallel_engines_are_refused_until_implemented() -> None:
+    with pytest.raises(ValidationError, match=r"tensorParallelSize: tensor-parallel vLLM"):
+        make_spec(rollout={"numEngines": 1, "tensorParallelSize": 2})
 
 
 def test_placement_checks_colocation_itself() -> None:

@@ -2,6 +2,7 @@
 
     rlhf run FILE [--config FILE] [--resume auto|never] [--max-steps N] [--run-dir DIR]
     rlhf validate FILE...
+    rlhf plan FILE... [--output text|json]
 
 `run` on a cluster is `python -m rlhf_trainer run --config /etc/rlhf/job.yaml`. Heavy imports
 (torch, ray, ...) happen only inside `run`, so `validate` starts in a fraction of a second.
@@ -10,11 +11,12 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from rlhf_trainer.config import LoadedJob, load_file
+from rlhf_trainer.config import LoadedJob, describe_layout, load_file, plan_layout
 
 
 def _document_label(job: LoadedJob, index: int, count: int) -> str:
@@ -49,9 +51,42 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     return code
 
 
+def plan_files(paths: Sequence[str], output: str) -> tuple[int, list[str]]:
+    """(exit code, lines to print): each document's layout (the devices per role, engines,
+    pods), or its field-level problems and exit code 1 for a spec that cannot run."""
+    lines: list[str] = []
+    plans: list[dict[str, object]] = []
+    bad = False
+    for path in paths:
+        jobs = load_file(path)
+        for i, job in enumerate(jobs):
+            label = _document_label(job, i, len(jobs))
+            if job.config is None or not job.ok:
+                bad = True
+                lines.extend(f"{label}: {problem}" for problem in job.problems)
+                continue
+            layout = plan_layout(job.config)  # a valid config always has a layout
+            if output == "json":
+                plans.append({"source": label, "name": job.name, **layout.to_dict()})
+            else:
+                lines.append(f"{label} ({job.name}):")
+                lines.extend(f"  {line}" for line in describe_layout(layout).splitlines())
+    if output == "json" and not bad:
+        lines = [json.dumps(plans[0] if len(plans) == 1 else plans, indent=2)]
+    return (1 if bad else 0), lines
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    code, lines = plan_files(args.files, args.output)
+    stream = sys.stdout if code == 0 else sys.stderr
+    for line in lines:
+        print(line, file=stream)
+    return code
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
-    # Imported here: it pulls in torch and (when the run starts) Ray.
-    from rlhf_trainer.loop.run import run_from_cli
+    # Imported here: the run pulls in torch and Ray.
+    from rlhf_trainer.runner.main import run_from_cli
 
     file = args.config or args.file
     if file is None:
@@ -87,6 +122,13 @@ def build_parser() -> argparse.ArgumentParser:
     val = sub.add_parser("validate", help="Check manifests / job configs; exit 1 on problems.")
     val.add_argument("files", nargs="+", help="Files to check (YAML or JSON, many documents).")
     val.set_defaults(func=_cmd_validate)
+
+    plan = sub.add_parser(
+        "plan", help="Print where each role runs (devices, engines, pods); exit 1 if it cannot."
+    )
+    plan.add_argument("files", nargs="+", help="RLHFJob manifests or job configs.")
+    plan.add_argument("--output", "-o", choices=["text", "json"], default="text")
+    plan.set_defaults(func=_cmd_plan)
     return parser
 
 

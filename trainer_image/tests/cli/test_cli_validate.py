@@ -17,8 +17,8 @@ kind: RLHFJob
 metadata: {name: ok-ppo}
 spec:
   algorithm: {name: ppo}
-  models: {actor: {randomInit: {}}, rewardFunction: {builtin: digits}}
-  data: {train: [{builtin: digits}]}
+  models: {actor: {randomInit: {}}, rewardFunction: {builtin: repeat-letter}}
+  data: {train: [{builtin: repeat-letter}]}
   training: {rolloutBatchSize: 8, trainBatchSize: 8, microTrainBatchSize: 4}
 """
 
@@ -28,15 +28,15 @@ kind: RLHFJob
 metadata: {name: bad-grpo}
 spec:
   algorithm: {name: grpo}
-  models: {actor: {randomInit: {}}, rewardFunction: {builtin: digits}}
-  data: {train: [{builtin: digits}]}
+  models: {actor: {randomInit: {}}, rewardFunction: {builtin: repeat-letter}}
+  data: {train: [{builtin: repeat-letter}]}
   rollout: {samplesPerPrompt: 1}
 """
 
 BARE_CONFIG_NO_REWARD = """
 algorithm: {name: rloo}
 models: {actor: {randomInit: {}}}
-data: {train: [{builtin: digits}]}
+data: {train: [{builtin: repeat-letter}]}
 rollout: {samplesPerPrompt: 4}
 """
 

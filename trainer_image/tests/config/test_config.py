@@ -20,8 +20,8 @@ from rlhf_trainer.config import (
 def minimal(**sections: Any) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "algorithm": {"name": "ppo"},
-        "models": {"actor": {"randomInit": {}}, "rewardFunction": {"builtin": "target-token"}},
-        "data": {"train": [{"builtin": "target-token"}]},
+        "models": {"actor": {"randomInit": {}}, "rewardFunction": {"builtin": "repeat-letter"}},
+        "data": {"train": [{"builtin": "repeat-letter"}]},
         "training": {"rolloutBatchSize": 8, "trainBatchSize": 8, "microTrainBatchSize": 2},
     }
     for key, value in sections.items():

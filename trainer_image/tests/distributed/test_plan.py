@@ -13,8 +13,8 @@ from rlhf_trainer.distributed.plan import plan_placement
 def job(algorithm: str = "ppo", placement: dict[str, Any] | None = None, **extra: Any) -> JobConfig:
     doc: dict[str, Any] = {
         "algorithm": {"name": algorithm},
-        "models": {"actor": {"randomInit": {}}, "rewardFunction": {"builtin": "f"}},
-        "data": {"train": [{"builtin": "d"}]},
+        "models": {"actor": {"randomInit": {}}, "rewardFunction": {"builtin": "repeat-letter"}},
+        "data": {"train": [{"builtin": "repeat-letter"}]},
         "rollout": {"samplesPerPrompt": 4},
         "training": {"rolloutBatchSize": 8, "trainBatchSize": 8, "microTrainBatchSize": 2},
         "placement": {"device": "cpu", "rayResource": "GPU-like", **(placement or {})},
@@ -75,7 +75,7 @@ CASES = [
             rollout={"numEngines": 2},
         ),
         {
-            "all": (
+            "actor+reference+critic+rollout": (
                 2,
                 (
                     ("actor", 2, 0.25),
@@ -91,6 +91,18 @@ CASES = [
         job("rloo", rollout={"engine": "hf"}),
         {"actor": (1, (("actor", 1, 1.0),)), "reference": (1, (("reference", 1, 1.0),))},
         id="hf-engine-places-no-rollout",
+    ),
+    pytest.param(
+        job("ppo", models={"rewardModels": [{"randomInit": {}}, {"randomInit": {}}]}),
+        {
+            "actor": (1, (("actor", 1, 1.0),)),
+            "reference": (1, (("reference", 1, 1.0),)),
+            "critic": (1, (("critic", 1, 1.0),)),
+            # Several reward models share the reward devices (placement.rewardGpus).
+            "reward": (1, (("reward0", 1, 0.5), ("reward1", 1, 0.5))),
+            "rollout": (1, (("rollout", 1, 1.0),)),
+        },
+        id="ppo-two-reward-models-share-the-reward-devices",
     ),
 ]
 
@@ -116,9 +128,9 @@ def test_total_devices_and_resource_name() -> None:
     assert plan.total_devices == 2 + 1 + 1 + 1
 
 
-def test_tensor_parallel_engines_are_refused_clearly() -> None:
-    with pytest.raises(ValueError, match="tensorParallelSize > 1 is not implemented"):
-        plan_placement(job(rollout={"tensorParallelSize": 2}))
+def test_tensor_parallel_engines_are_refused_by_the_config_rules() -> None:
+    with pytest.raises(ValueError, match=r"rollout\.tensorParallelSize: tensor-parallel vLLM"):
+        job(rollout={"tensorParallelSize": 2})
 
 
 def test_no_reference_rank_without_a_kl_term() -> None:

@@ -62,8 +62,8 @@ def cfg(**rollout: Any) -> JobConfig:
     return JobConfig.model_validate(
         {
             "algorithm": {"name": "grpo"},
-            "models": {"actor": {"randomInit": {}}, "rewardFunction": {"builtin": "f"}},
-            "data": {"train": [{"builtin": "d"}]},
+            "models": {"actor": {"randomInit": {}}, "rewardFunction": {"builtin": "repeat-letter"}},
+            "data": {"train": [{"builtin": "repeat-letter"}]},
             "rollout": {"samplesPerPrompt": 2, "maxNewTokens": 4, **rollout},
             "training": {"rolloutBatchSize": 2, "trainBatchSize": 4, "microTrainBatchSize": 2},
         }

@@ -21,8 +21,8 @@ def settings(**algorithm: object) -> PolicyLossSettings:
     cfg = JobConfig.model_validate(
         {
             "algorithm": {"name": "grpo", **algorithm},
-            "models": {"actor": {"randomInit": {}}, "rewardFunction": {"builtin": "f"}},
-            "data": {"train": [{"builtin": "d"}]},
+            "models": {"actor": {"randomInit": {}}, "rewardFunction": {"builtin": "repeat-letter"}},
+            "data": {"train": [{"builtin": "repeat-letter"}]},
             "rollout": {"samplesPerPrompt": 2, "maxNewTokens": 7},
             "training": {"rolloutBatchSize": 4, "trainBatchSize": 8, "microTrainBatchSize": 2},
         }

@@ -51,16 +51,14 @@ def test_each_algorithm_maps_to_its_trainer(
     assert AlgorithmName(algorithm).needs_reference == reference
 
 
-def test_problems_name_the_field() -> None:
-    with pytest.raises(
-        OfflineConfigError, match=r"algorithm.labelSmoothing: .* set it to 0 for ipo"
-    ):
-        spec_of("ipo", labelSmoothing=0.1)
-    job = offline_job(
-        "reward-model", MODEL, "d.jsonl", steps=1, lr=1e-3, training_extra={"lora": {"rank": 4}}
+def test_online_algorithms_are_not_offline_trainers() -> None:
+    # Every other refusal is a shared config rule (operator/tests/pure/test_one_truth.py).
+    job = offline_job("sft", MODEL, "d.jsonl", steps=1, lr=1e-3)
+    online = job.model_copy(
+        update={"algorithm": job.algorithm.model_copy(update={"name": AlgorithmName.GRPO})}
     )
-    with pytest.raises(OfflineConfigError, match=r"training.lora: LoRA is not implemented"):
-        offline_spec(job)
+    with pytest.raises(OfflineConfigError, match=r"algorithm.name: grpo is an online algorithm"):
+        offline_spec(online)
 
 
 def test_sft_rows_mask_the_prompt_and_pad_right() -> None:

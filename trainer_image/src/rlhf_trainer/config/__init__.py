@@ -11,6 +11,15 @@ from .cluster import EnvVar, RunPolicy, SecretKeyRef, SecretRefs
 from .data import DataConfig, DatasetSource
 from .errors import validation_messages
 from .job import JobConfig, JobSpec
+from .layout import (
+    DeviceGroup,
+    Layout,
+    LayoutError,
+    PodGroup,
+    describe_layout,
+    plan_layout,
+    role_devices,
+)
 from .loading import API_GROUP, API_VERSION, KIND, LoadedJob, load_document, load_file
 from .logging import LoggingConfig, WandbConfig
 from .models import (
@@ -21,9 +30,9 @@ from .models import (
     RewardFunction,
     RewardModel,
 )
+from .outcome import ExitCode, FailureClass
 from .placement import Device, PlacementConfig, Toleration
 from .rollout import AgentConfig, AgentMode, RolloutConfig, RolloutEngine
-from .rules import role_devices
 from .training import LoRAConfig, LRScheduler, TrainingConfig
 
 __all__ = [
@@ -40,11 +49,16 @@ __all__ = [
     "DataConfig",
     "DatasetSource",
     "Device",
+    "DeviceGroup",
     "EnvVar",
+    "ExitCode",
+    "FailureClass",
     "JobConfig",
     "JobSpec",
     "KLEstimator",
     "LRScheduler",
+    "Layout",
+    "LayoutError",
     "LoRAConfig",
     "LoadedJob",
     "LoggingConfig",
@@ -52,6 +66,7 @@ __all__ = [
     "ModelSource",
     "ModelsConfig",
     "PlacementConfig",
+    "PodGroup",
     "Problem",
     "RandomInit",
     "RemoteReward",
@@ -66,8 +81,10 @@ __all__ = [
     "Toleration",
     "TrainingConfig",
     "WandbConfig",
+    "describe_layout",
     "load_document",
     "load_file",
+    "plan_layout",
     "role_devices",
     "validation_messages",
 ]

@@ -75,3 +75,16 @@ class RunPolicy(ConfigModel):
     )
     active_deadline_seconds: int | None = Field(None, gt=0)
     ttl_seconds_after_finished: int | None = Field(None, ge=0)
+    startup_timeout_seconds: int = Field(
+        1800,
+        gt=0,
+        description="Pods not all running this long after the RayJob is created: the job's "
+        "conditions say why (unschedulable, image pull, a missing Secret).",
+    )
+    checkpoint_on_preemption_seconds: int = Field(
+        300,
+        ge=0,
+        le=86400,
+        description="Grace the pods get after SIGTERM (node drain, eviction) to checkpoint the "
+        "last finished step; the pods' terminationGracePeriodSeconds.",
+    )

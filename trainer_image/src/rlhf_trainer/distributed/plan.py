@@ -1,27 +1,40 @@
-"""Placement plan: which role's ranks share which devices (pure; no Ray here).
+"""Placement groups for the job's roles, from the shared layout (pure; no Ray here).
 
-OpenRLHF's colocation options map to placement groups of "device" bundles:
+`rlhf_trainer.config.layout` decides which roles run and which share devices (the operator
+requests pods from the very same layout). Each device group becomes one placement group of
+"device" bundles; the roles sharing it each ask for an equal fraction of every bundle, so Ray
+places them together and refuses a plan that does not fit:
 
 - separate (default): one placement group per role; every rank owns a whole device;
-- `colocateActorReference`: actor and reference ranks share the same bundles, half each;
-- `colocateCriticReward`: critic and reward-model ranks share bundles;
+- `colocateActorReference`: actor and reference ranks share the same bundles;
+- `colocateCriticReward`: critic and reward-model ranks share bundles; several reward models
+  share the reward devices, each its own data-parallel group on them;
 - `colocateAll` (hybrid engine): every model and the vLLM engines share one set of bundles.
-
-With `algorithm.klCoef: 0` there is no KL term, and no reference rank is placed.
 
 A bundle asks for one unit of `placement.rayResource`: `GPU` on GPU machines; on CPU machines a
 custom resource (e.g. `GPU-like`) that the local Ray start declares, so the same placement logic
-runs, and is tested, without a GPU. Ranks that share a bundle ask for a fraction of it, so Ray
-places them together and refuses a plan that does not fit.
+runs, and is tested, without a GPU.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlhf_trainer.config import JobConfig, role_devices
+from rlhf_trainer.config import JobConfig, plan_layout
+from rlhf_trainer.config.layout import ACTOR, CRITIC, REFERENCE, REWARD, ROLLOUT
 
-ACTOR, REFERENCE, CRITIC, REWARD, ROLLOUT = "actor", "reference", "critic", "reward", "rollout"
+__all__ = [
+    "ACTOR",
+    "CRITIC",
+    "REFERENCE",
+    "REWARD",
+    "ROLLOUT",
+    "GroupPlan",
+    "PlacementPlan",
+    "RoleShare",
+    "plan_placement",
+    "reward_role",
+]
 # Ray schedules fractions in units of 1e-4; a share never goes below this.
 MIN_FRACTION = 0.01
 
@@ -85,54 +98,18 @@ def _shared(name: str, devices: int, roles: list[tuple[str, int]]) -> GroupPlan:
 
 
 def plan_placement(cfg: JobConfig) -> PlacementPlan:
-    """The placement groups for this job's roles (those its algorithm uses).
-
-    Raises ValueError for what this trainer cannot place (tensor-parallel vLLM engines).
-    """
-    if cfg.rollout.tensor_parallel_size != 1 and cfg.rollout.engine.value == "vllm":
-        raise ValueError(
-            "rollout.tensorParallelSize > 1 is not implemented yet in this trainer (each vLLM "
-            f"engine uses one device); got {cfg.rollout.tensor_parallel_size}"
-        )
-    devices = role_devices(cfg)
-    if cfg.algorithm.kl_coef == 0:
-        # No KL term (in the reward or the loss): the reference policy is never needed, so
-        # it is not started at all (OpenRLHF does the same for init_kl_coef = 0).
-        devices.pop(REFERENCE, None)
-    p = cfg.placement
-    rewards = [(reward_role(i), p.reward_gpus) for i in range(len(cfg.models.reward_models))]
-    engine = cfg.rollout.engine.value
-    # The HF fallback generates with the actor's own model: no engine ranks are placed.
-    rollout = (
-        [(ROLLOUT, cfg.rollout.num_engines)] if engine == "vllm" and ROLLOUT in devices else []
-    )
-
-    if p.colocate_all:
-        roles = [(ACTOR, p.actor_gpus)]
-        roles += [(REFERENCE, p.reference_gpus)] if REFERENCE in devices else []
-        roles += [(CRITIC, p.critic_gpus)] if CRITIC in devices else []
-        roles += rewards + rollout
-        return PlacementPlan(p.ray_resource, (_shared("all", p.actor_gpus, roles),))
-
-    groups: list[GroupPlan] = []
-    if REFERENCE in devices and p.colocate_actor_reference:
-        groups.append(
-            _shared(
-                "actor+reference", p.actor_gpus, [(ACTOR, p.actor_gpus), (REFERENCE, p.actor_gpus)]
-            )
-        )
-    else:
-        groups.append(_shared(ACTOR, p.actor_gpus, [(ACTOR, p.actor_gpus)]))
-        if REFERENCE in devices:
-            groups.append(_shared(REFERENCE, p.reference_gpus, [(REFERENCE, p.reference_gpus)]))
-
-    if CRITIC in devices and rewards and p.colocate_critic_reward:
-        groups.append(_shared("critic+reward", p.critic_gpus, [(CRITIC, p.critic_gpus), *rewards]))
-    else:
-        if CRITIC in devices:
-            groups.append(_shared(CRITIC, p.critic_gpus, [(CRITIC, p.critic_gpus)]))
-        for role, n in rewards:
-            groups.append(_shared(role, n, [(role, n)]))
-    if rollout:
-        groups.append(_shared(ROLLOUT, cfg.rollout.num_engines, rollout))
-    return PlacementPlan(p.ray_resource, tuple(groups))
+    """The placement groups for this job's roles (those the layout places)."""
+    layout = plan_layout(cfg)
+    ranks = {ACTOR: cfg.placement.actor_gpus, REFERENCE: cfg.placement.reference_gpus}
+    ranks |= {CRITIC: cfg.placement.critic_gpus, ROLLOUT: layout.rollout_engines}
+    groups = []
+    for group in layout.groups:
+        shares: list[tuple[str, int]] = []
+        for role in group.roles:
+            if role == REWARD:
+                models = len(cfg.models.reward_models)
+                shares += [(reward_role(i), cfg.placement.reward_gpus) for i in range(models)]
+            else:
+                shares.append((role, ranks[role]))
+        groups.append(_shared(group.name, group.devices, shares))
+    return PlacementPlan(cfg.placement.ray_resource, tuple(groups))

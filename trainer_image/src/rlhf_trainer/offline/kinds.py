@@ -59,15 +59,18 @@ class OfflineSpec:
 
 
 class OfflineConfigError(ValueError):
-    """The job cannot run with the offline trainers as written (the message names the field)."""
+    """The job is not one the offline trainers run (an online algorithm)."""
 
 
 def offline_spec(cfg: JobConfig) -> OfflineSpec:
-    """The spec of the job's trainer; raises `OfflineConfigError` listing every problem."""
-    problems = offline_problems(cfg)
-    if problems:
-        raise OfflineConfigError("\n".join(problems))
+    """The spec of the job's trainer. Every refusal of what the schema allows lives in the
+    shared config rules (`rlhf_trainer.config.rules`), which a valid `JobConfig` has passed."""
     algo = cfg.algorithm.name
+    if algo not in OFFLINE_ALGORITHMS:
+        offline = ", ".join(sorted(a.value for a in OFFLINE_ALGORITHMS))
+        raise OfflineConfigError(
+            f"algorithm.name: {algo.value} is an online algorithm; offline trainers: {offline}"
+        )
     kind = _KINDS[algo]
     variant: Literal["dpo", "ipo"] | None = None
     if kind is TrainerKind.PREFERENCE:
@@ -80,23 +83,3 @@ def offline_spec(cfg: JobConfig) -> OfflineSpec:
         dpo_variant=variant,
         average_logps=algo is AlgorithmName.IPO,
     )
-
-
-def offline_problems(cfg: JobConfig) -> list[str]:
-    """What the config rules (`config.rules`) allow but these trainers cannot do."""
-    algo, t = cfg.algorithm.name, cfg.training
-    if algo not in OFFLINE_ALGORITHMS:
-        offline = ", ".join(sorted(a.value for a in OFFLINE_ALGORITHMS))
-        return [f"algorithm.name: {algo.value} is an online algorithm; offline trainers: {offline}"]
-    out = []
-    if algo is AlgorithmName.IPO and cfg.algorithm.label_smoothing > 0:
-        out.append(
-            "algorithm.labelSmoothing: label noise applies to dpo/cdpo only; set it to 0 for "
-            f"ipo (got {cfg.algorithm.label_smoothing})"
-        )
-    if algo is AlgorithmName.REWARD_MODEL and t.lora is not None:
-        out.append(
-            "training.lora: LoRA is not implemented for reward-model training (the value head "
-            "and the HF export would need peft's sequence-classification path); remove it"
-        )
-    return out

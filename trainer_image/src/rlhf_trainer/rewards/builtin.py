@@ -10,12 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from rlhf_trainer.data.builtin import (
-    REPEAT_LETTER_DEFAULT,
-    letter_from_prompt,
-    repeat_letter_score,
-    split_builtin_name,
-)
+from rlhf_trainer.config.builtins import REPEAT_LETTER, REPEAT_LETTER_DEFAULT, split_builtin_name
+from rlhf_trainer.data.builtin import letter_from_prompt, repeat_letter_score
 
 from .output import RewardResult, parse_reward_output
 
@@ -46,7 +42,7 @@ def repeat_letter(
     return out
 
 
-BUILTIN_REWARDS: dict[str, ScoreFn] = {"repeat-letter": repeat_letter}
+BUILTIN_REWARDS: dict[str, ScoreFn] = {REPEAT_LETTER: repeat_letter}
 
 
 class BuiltinRewardFunction:

@@ -1,0 +1,254 @@
+"""One truth about what can run: `rlhf validate`, the operator and the trainer refuse the same
+specs with the same field-level message, and the GPUs the operator requests are the devices
+the trainer places, per role and in total."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from rlhf_operator.api.v1alpha1 import ConditionType
+from rlhf_operator.builders.children import render_children
+from rlhf_operator.observed import Observed
+from rlhf_operator.reconcile import decide
+from rlhf_operator.settings import OperatorSettings
+from rlhf_trainer.config import JobConfig, JobSpec, load_document
+from rlhf_trainer.distributed.plan import REWARD, plan_placement, reward_role
+from support.examples import example_files, readme_job
+
+from .factories import job_body, make_job, merge, spec_dict
+
+SETTINGS = OperatorSettings(default_trainer_image="rlhf-trainer:test", instance="test")
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+ONLINE = {"models": {"rewardModels": None, "rewardFunction": {"builtin": "repeat-letter"}}}
+
+# Every refusal the trainer used to make only inside the pod (after taking its GPUs), and the
+# field it names. Each is now a shared config rule.
+TRAINER_REFUSALS = [
+    ("packing-online", {"training": {"packingSamples": True}}, "training.packingSamples"),
+    (
+        "packing-offline",
+        {
+            "algorithm": {"name": "sft"},
+            "models": {"rewardModels": None},
+            "training": {"packingSamples": True},
+        },
+        "training.packingSamples",
+    ),
+    (
+        "vllm-tensor-parallel",
+        {"rollout": {"numEngines": 1, "tensorParallelSize": 2}},
+        "rollout.tensorParallelSize",
+    ),
+    (
+        "hf-engine-tensor-parallel",
+        {"rollout": {"engine": "hf", "tensorParallelSize": 2}},
+        "rollout.tensorParallelSize",
+    ),
+    (
+        "sleep-mode-on-cpu",
+        {
+            "placement": {"device": "cpu", "colocateAll": True, "referenceGpus": 1},
+            "rollout": {"enableSleep": True},
+            "algorithm": {"name": "grpo"},
+            **ONLINE,
+        },
+        "rollout.enableSleep",
+    ),
+    (
+        "ipo-label-smoothing",
+        {"algorithm": {"name": "ipo", "labelSmoothing": 0.1}, "models": {"rewardModels": None}},
+        "algorithm.labelSmoothing",
+    ),
+    (
+        "reward-model-lora",
+        {
+            "algorithm": {"name": "reward-model"},
+            "models": {"rewardModels": None},
+            "training": {"lora": {"rank": 8}},
+        },
+        "training.lora",
+    ),
+    (
+        "unknown-builtin-data",
+        {"data": {"train": [{"builtin": "gsm8k"}]}},
+        "data.train[0].builtin",
+    ),
+    (
+        "bad-builtin-parameter",
+        {"data": {"train": [{"builtin": "repeat-letter:aa"}]}},
+        "data.train[0].builtin",
+    ),
+    (
+        "unknown-builtin-reward",
+        {"models": {"rewardModels": None, "rewardFunction": {"builtin": "gsm8k"}}},
+        "models.rewardFunction.builtin",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("spec_patch", "field"),
+    [c[1:] for c in TRAINER_REFUSALS],
+    ids=[c[0] for c in TRAINER_REFUSALS],
+)
+def test_every_trainer_refusal_is_caught_by_all_three(
+    spec_patch: dict[str, Any], field: str
+) -> None:
+    spec = spec_dict(**spec_patch)
+    manifest = {
+        "apiVersion": "rlhf.dev/v1alpha1",
+        "kind": "RLHFJob",
+        "metadata": {"name": "refused"},
+        "spec": spec,
+    }
+    # rlhf validate
+    validated = load_document(manifest, "refused.yaml", Path("."))
+    lines = [p for p in validated.problems if p.startswith(f"spec.{field}:")]
+    assert lines, validated.problems
+    # the operator: Valid=False, nothing applied
+    decision = decide(job_body(spec=spec), Observed(), SETTINGS, NOW)
+    assert decision.apply == ()
+    valid = next(c for c in decision.status.conditions if c.type is ConditionType.VALID)
+    assert valid.status == "False"
+    assert lines[0] in valid.message
+    # the trainer: its job config refuses it with the same words
+    trainer_spec = {k: v for k, v in spec.items() if k in JobConfig.model_fields}
+    with pytest.raises(ValidationError) as err:
+        JobConfig.model_validate(trainer_spec)
+    assert lines[0].removeprefix("spec.") in str(err.value)
+
+
+def test_a_refused_spec_has_no_plan(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    spec = spec_dict(rollout={"numEngines": 1, "tensorParallelSize": 2})
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "rlhf.dev/v1alpha1",
+                "kind": "RLHFJob",
+                "metadata": {"name": "bad"},
+                "spec": spec,
+            }
+        )
+    )
+    result = _rlhf("plan", str(path))
+    assert result.returncode == 1
+    assert "spec.rollout.tensorParallelSize: tensor-parallel vLLM" in result.stderr
+
+
+def _rlhf(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rlhf_trainer", *args], capture_output=True, text=True, check=False
+    )
+
+
+def test_every_example_and_the_readme_job_validate_and_plan(tmp_path: Path) -> None:
+    files = [*map(str, example_files()), str(readme_job(tmp_path))]
+    validated = _rlhf("validate", *files)
+    assert validated.returncode == 0, validated.stdout + validated.stderr
+    planned = _rlhf("plan", "--output", "json", *files)
+    assert planned.returncode == 0, planned.stderr
+    plans = json.loads(planned.stdout)
+    assert len(plans) == len(files)
+    for plan in plans:
+        devices = sum(p["replicas"] * p["devices"] for p in plan["pods"])
+        assert devices == plan["totalDevices"] > 0, plan["source"]
+
+
+# --- the operator's GPUs == the trainer's devices, over generated specs ---------------------
+
+ALGORITHMS = ["ppo", "grpo", "rloo", "reinforce++", "sft", "dpo", "kto", "reward-model"]
+
+
+@st.composite
+def specs(draw: st.DrawFn) -> dict[str, Any]:
+    algorithm = draw(st.sampled_from(ALGORITHMS))
+    online = algorithm in {"ppo", "grpo", "rloo", "reinforce++"}
+    counts = st.sampled_from([1, 2, 4, 8])
+    reward_models = draw(st.integers(0, 2)) if online else 0
+    models: dict[str, Any] = {"rewardModels": None}
+    if reward_models:
+        models["rewardModels"] = [{"pretrained": f"org/rm-{i}"} for i in range(reward_models)]
+    elif online:
+        models["rewardFunction"] = {"builtin": "repeat-letter"}
+    colocate_all = draw(st.booleans())
+    actor = draw(counts)
+    placement = {
+        "device": draw(st.sampled_from(["gpu", "cpu"])),
+        "actorGpus": actor,
+        "criticGpus": actor if colocate_all else draw(counts),
+        "referenceGpus": actor if colocate_all else draw(counts),
+        "rewardGpus": actor if colocate_all else draw(counts),
+        "colocateActorReference": draw(st.booleans()),
+        "colocateCriticReward": draw(st.booleans()),
+        "colocateAll": colocate_all,
+        "gpusPerNode": draw(st.sampled_from([1, 2, 4, 8])),
+    }
+    if placement["colocateActorReference"]:
+        placement["referenceGpus"] = actor
+    if placement["colocateCriticReward"]:
+        placement["rewardGpus"] = placement["criticGpus"]
+    engine = draw(st.sampled_from(["vllm", "hf"]))
+    rollout = {
+        "engine": engine,
+        "numEngines": actor if colocate_all else draw(counts),
+        "samplesPerPrompt": 4,
+    }
+    return merge(
+        spec_dict(models=models),
+        {
+            "algorithm": {"name": algorithm, "klCoef": draw(st.sampled_from([0.0, 0.01]))},
+            "placement": placement,
+            "rollout": rollout,
+        },
+    )
+
+
+def _gpus_requested(ray_job: dict[str, Any], spec: JobSpec) -> int:
+    """What the RayJob's worker pods ask Kubernetes (GPUs) or Ray (CPU-device ranks) for."""
+    total = 0
+    for group in ray_job["spec"]["rayClusterSpec"]["workerGroupSpecs"]:
+        [container] = group["template"]["spec"]["containers"]
+        if spec.placement.device == "gpu":
+            per_pod = int(container["resources"]["limits"][spec.placement.gpu_resource_name])
+        else:
+            per_pod = int(group["rayStartParams"]["num-gpus"])
+        total += group["replicas"] * per_pod
+    return total
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@given(specs())
+def test_operator_gpus_equal_trainer_devices(raw: dict[str, Any]) -> None:
+    try:
+        spec = JobSpec.model_validate(raw)
+    except ValidationError:
+        assume(False)
+        return
+    children = render_children(make_job(spec=raw), SETTINGS)
+    trainer = plan_placement(spec.job_config())
+    allocation = children.allocation
+    # In total: what the pods request, what the operator reports, what Ray is asked for.
+    requested = _gpus_requested(children.ray_job, spec)
+    assert requested == allocation.total_gpus == trainer.total_devices
+    # Per device group: the same groups with the same devices.
+    assert {g.name: g.devices for g in trainer.groups} == allocation.gpus_per_role
+    # Per role: every rank the trainer starts sits in a group the operator planned.
+    for group in trainer.groups:
+        roles = {REWARD if s.role.startswith(REWARD) else s.role for s in group.shares}
+        assert roles == set(group.name.split("+"))
+        for share in group.shares:
+            assert share.ranks <= group.devices
+    models = len(spec.models.reward_models) if spec.algorithm.name.is_online else 0
+    placed_rewards = [r for r in trainer.roles() if r.startswith(REWARD)]
+    assert placed_rewards == [reward_role(i) for i in range(models)]

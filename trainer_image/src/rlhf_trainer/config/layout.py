@@ -1,0 +1,279 @@
+"""Where a job's roles run: one pure plan that the operator, the trainer and `rlhf plan` share.
+
+1. `role_devices`: the roles this spec really runs and the devices each needs. A role the spec
+   does not use gets nothing: no reference without a KL term (`algorithm.klCoef: 0`) or for SFT
+   and reward-model training, no critic outside PPO, no reward devices without reward models,
+   no rollout devices with `rollout.engine: hf` (it generates with the actor's own model).
+2. Colocation merges roles into device groups that share the same devices: actor+reference,
+   critic+reward, or everything (the hybrid engine, `colocateAll`). Several reward models share
+   the reward devices (each is its own data-parallel group on them).
+3. Groups are cut into placement units: one device per DeepSpeed rank, `tensorParallelSize`
+   devices per vLLM engine (an engine's tensor-parallel ranks must share a node).
+4. Units are packed first-fit-decreasing into pods of `placement.gpusPerNode` devices; pods
+   that use the same number of devices form one pod group (one Ray worker group on a cluster).
+   The packing proves a layout with that many pods exists; Ray's placement groups then place
+   the trainer's bundles inside them. For power-of-two tensor-parallel sizes that divide
+   `gpusPerNode` (the usual case) first-fit-decreasing uses the fewest pods.
+
+The operator requests exactly `Layout.pods` and the trainer asks Ray for exactly
+`Layout.groups`, so the GPUs a job holds are the GPUs it uses.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .base import Problem
+from .placement import Device
+from .rollout import RolloutEngine
+
+if TYPE_CHECKING:
+    from .job import JobConfig
+
+ACTOR, REFERENCE, CRITIC, REWARD, ROLLOUT = "actor", "reference", "critic", "reward", "rollout"
+# Canonical order of roles in group names and listings.
+ROLE_ORDER = (ACTOR, REFERENCE, CRITIC, REWARD, ROLLOUT)
+
+
+@dataclass(frozen=True)
+class DeviceGroup:
+    """Roles that share the same `devices`; placement units of `unit` devices each."""
+
+    roles: tuple[str, ...]
+    devices: int
+    unit: int = 1
+
+    @property
+    def name(self) -> str:
+        return "+".join(self.roles)
+
+
+@dataclass(frozen=True)
+class PodGroup:
+    """`replicas` pods with `devices` devices each, hosting ranks of `roles`."""
+
+    name: str
+    replicas: int
+    devices: int
+    roles: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Layout:
+    device: Device
+    groups: tuple[DeviceGroup, ...]
+    rollout_engines: int
+    tensor_parallel_size: int
+    pods: tuple[PodGroup, ...]
+
+    @property
+    def total_devices(self) -> int:
+        return sum(g.devices for g in self.groups)
+
+    def group_of(self, role: str) -> DeviceGroup:
+        for group in self.groups:
+            if role in group.roles:
+                return group
+        placed = ", ".join(r for g in self.groups for r in g.roles)
+        raise KeyError(f"role {role!r} is not placed; placed roles: {placed}")
+
+    def roles(self) -> list[str]:
+        return [r for g in self.groups for r in g.roles]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plan as `rlhf plan --output json` prints it (camelCase, like the API)."""
+        return {
+            "device": self.device.value,
+            "roles": {
+                role: {"devices": g.devices, "group": g.name}
+                for g in self.groups
+                for role in g.roles
+            },
+            "groups": [
+                {"name": g.name, "devices": g.devices, "roles": list(g.roles)} for g in self.groups
+            ],
+            "rollout": {
+                "engines": self.rollout_engines,
+                "tensorParallelSize": self.tensor_parallel_size,
+            },
+            "totalDevices": self.total_devices,
+            "pods": [
+                {
+                    "name": p.name,
+                    "replicas": p.replicas,
+                    "devices": p.devices,
+                    "roles": list(p.roles),
+                }
+                for p in self.pods
+            ],
+        }
+
+
+class LayoutError(ValueError):
+    """No layout exists; `problems` name the fields to change."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        super().__init__("\n".join(p.render() for p in problems))
+        self.problems = problems
+
+
+def uses_reference(cfg: JobConfig) -> bool:
+    """Offline preference trainers always compare with the reference; online algorithms only
+    when a KL term exists (OpenRLHF does not start one for init_kl_coef = 0 either)."""
+    algo = cfg.algorithm.name
+    if not algo.needs_reference:
+        return False
+    return not algo.is_online or cfg.algorithm.kl_coef > 0
+
+
+def role_devices(cfg: JobConfig) -> dict[str, int]:
+    """Devices each role of this spec needs, before colocation; only roles it runs."""
+    algo, p, r = cfg.algorithm.name, cfg.placement, cfg.rollout
+    roles = {ACTOR: p.actor_gpus}
+    if uses_reference(cfg):
+        roles[REFERENCE] = p.reference_gpus
+    if algo.needs_critic:
+        roles[CRITIC] = p.critic_gpus
+    if algo.is_online and cfg.models.reward_models:
+        roles[REWARD] = p.reward_gpus
+    if algo.is_online and r.engine is RolloutEngine.VLLM:
+        roles[ROLLOUT] = r.num_engines * r.tensor_parallel_size
+    return roles
+
+
+def _ordered(roles: set[str] | list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(r for r in ROLE_ORDER if r in roles)
+
+
+def _colocated(cfg: JobConfig, roles: dict[str, int]) -> list[tuple[str, ...]]:
+    """The role tuples that share devices, per the placement's colocation flags."""
+    p = cfg.placement
+    if p.colocate_all:
+        return [_ordered(list(roles))]
+    pairs: list[tuple[str, ...]] = []
+    for enabled, pair in (
+        (p.colocate_actor_reference, (ACTOR, REFERENCE)),
+        (p.colocate_critic_reward, (CRITIC, REWARD)),
+    ):
+        if enabled and all(r in roles for r in pair):
+            pairs.append(pair)
+    return pairs
+
+
+def layout_problems(cfg: JobConfig) -> list[Problem]:
+    """Why no layout exists for this spec (empty when one does)."""
+    p, tp = cfg.placement, cfg.rollout.tensor_parallel_size
+    roles = role_devices(cfg)
+    out: list[Problem] = []
+    for shared in _colocated(cfg, roles):
+        counts = {roles[r] for r in shared}
+        if len(counts) < 2:
+            continue
+        shown = ", ".join(f"{r}={roles[r]}" for r in shared)
+        if p.colocate_all:
+            out.append(
+                Problem(
+                    "placement.colocateAll",
+                    "the hybrid engine puts every model and the vLLM engines on the same "
+                    "devices, so each role needs the same count (rollout = numEngines x "
+                    f"tensorParallelSize); got {shown}",
+                )
+            )
+        else:
+            flag = "colocateActorReference" if ACTOR in shared else "colocateCriticReward"
+            out.append(
+                Problem(
+                    f"placement.{flag}",
+                    f"colocated roles share devices, so they need the same count; got {shown}",
+                )
+            )
+    if ROLLOUT in roles and tp > p.gpus_per_node:
+        out.append(
+            Problem(
+                "rollout.tensorParallelSize",
+                f"a vLLM engine's {tp} tensor-parallel devices must share one node: at most "
+                f"placement.gpusPerNode ({p.gpus_per_node}); lower tensorParallelSize or raise "
+                "gpusPerNode",
+            )
+        )
+    return out
+
+
+def device_groups(cfg: JobConfig) -> list[DeviceGroup]:
+    """Roles merged by colocation (for a spec without layout problems)."""
+    roles = role_devices(cfg)
+    tp = cfg.rollout.tensor_parallel_size
+    shared = _colocated(cfg, roles)
+    groups: list[DeviceGroup] = []
+    for role in ROLE_ORDER:
+        if role not in roles:
+            continue
+        together = next((s for s in shared if role in s), (role,))
+        if together[0] != role:
+            continue  # listed with the first role of its group
+        unit = tp if ROLLOUT in together else 1
+        groups.append(DeviceGroup(together, roles[role], unit))
+    return groups
+
+
+def _pack(groups: list[DeviceGroup], capacity: int) -> list[tuple[int, set[str]]]:
+    """First-fit decreasing: (used devices, roles) per pod."""
+    units = [(g.unit, g.roles) for g in groups for _ in range(g.devices // g.unit)]
+    units.sort(key=lambda u: -u[0])  # stable: equal sizes keep the role order
+    pods: list[tuple[int, set[str]]] = []
+    for size, roles in units:
+        for i, (used, pod_roles) in enumerate(pods):
+            if used + size <= capacity:
+                pods[i] = (used + size, pod_roles | set(roles))
+                break
+        else:
+            pods.append((size, set(roles)))
+    return pods
+
+
+def plan_layout(cfg: JobConfig) -> Layout:
+    """The layout of this job; raises LayoutError naming the fields when none exists."""
+    problems = layout_problems(cfg)
+    if problems:
+        raise LayoutError(problems)
+    p, r = cfg.placement, cfg.rollout
+    groups = device_groups(cfg)
+    by_size: dict[int, tuple[int, set[str]]] = defaultdict(lambda: (0, set()))
+    for used, roles in _pack(groups, p.gpus_per_node):
+        count, shape_roles = by_size[used]
+        by_size[used] = (count + 1, shape_roles | roles)
+    prefix = "gpu" if p.device is Device.GPU else "cpu"
+    pods = tuple(
+        PodGroup(f"{prefix}{size}", count, size, _ordered(roles))
+        for size, (count, roles) in sorted(by_size.items(), reverse=True)
+    )
+    has_rollout = any(ROLLOUT in g.roles for g in groups)
+    return Layout(
+        device=p.device,
+        groups=tuple(groups),
+        rollout_engines=r.num_engines if has_rollout else 0,
+        tensor_parallel_size=r.tensor_parallel_size if has_rollout else 1,
+        pods=pods,
+    )
+
+
+def describe_layout(layout: Layout) -> str:
+    """`rlhf plan`'s text: one line per role, then engines, total devices and pods."""
+    unit = "GPUs" if layout.device is Device.GPU else "CPU ranks"
+    lines = []
+    for group in layout.groups:
+        shared = f" (shares {group.name})" if len(group.roles) > 1 else ""
+        for role in group.roles:
+            lines.append(f"{role:<10} {group.devices} {unit}{shared}")
+    if layout.rollout_engines:
+        lines.append(
+            f"engines    {layout.rollout_engines} x tensor parallel {layout.tensor_parallel_size}"
+        )
+    lines.append(f"total      {layout.total_devices} {unit}")
+    for pod in layout.pods:
+        lines.append(
+            f"pods       {pod.replicas} x {pod.devices} {unit} [{pod.name}]: {', '.join(pod.roles)}"
+        )
+    return "\n".join(lines)
