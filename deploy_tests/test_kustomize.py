@@ -121,3 +121,22 @@ def test_the_overlay_documented_in_install_md_builds(tmp_path: Path, tools: Path
     assert (
         env["RLHF_OPERATOR_DEFAULT_TRAINER_IMAGE"] == "registry.example.com/ml/rlhf-trainer:0.1.0"
     )
+
+
+def _example_dirs() -> list[Path]:
+    return sorted(p.parent for p in (REPO / "manifests" / "examples").rglob("kustomization.yaml"))
+
+
+@pytest.mark.parametrize("directory", _example_dirs(), ids=lambda p: p.name)
+def test_example_kustomizations_ship_what_their_job_references(
+    tools: Path, directory: Path
+) -> None:
+    """`kubectl apply -k` of an example creates every ConfigMap its RLHFJob mounts, under the
+    name and key the job gives (kustomize cannot rewrite names inside our CRD)."""
+    objects = kubectl_kustomize(directory)
+    job = one(objects, "RLHFJob")
+    config_maps = {m["metadata"]["name"]: m for m in by_kind(objects, "ConfigMap")}
+    ref = job["spec"]["models"]["rewardFunction"]["configMapRef"]
+    assert ref["key"] in config_maps[ref["name"]]["data"]
+    code = config_maps[ref["name"]]["data"][ref["key"]]
+    compile(code, ref["key"], "exec")  # the reward function is valid Python
