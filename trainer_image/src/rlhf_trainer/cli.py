@@ -1,7 +1,7 @@
 """`rlhf`: run an RLHFJob manifest (or bare job config) on this machine, or validate files.
 
     rlhf run FILE [--config FILE] [--resume auto|never] [--max-steps N] [--run-dir DIR]
-    rlhf validate FILE...
+    rlhf validate [--cluster] FILE...
     rlhf plan FILE... [--output text|json]
 
 `run` on a cluster is `python -m rlhf_trainer run --config /etc/rlhf/job.yaml`. Heavy imports
@@ -16,7 +16,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from rlhf_trainer.config import LoadedJob, describe_layout, load_file, plan_layout
+from rlhf_trainer.config import (
+    LoadedJob,
+    cluster_problems,
+    describe_layout,
+    load_file,
+    plan_layout,
+)
 
 
 def _document_label(job: LoadedJob, index: int, count: int) -> str:
@@ -26,14 +32,23 @@ def _document_label(job: LoadedJob, index: int, count: int) -> str:
     return f"{job.source}[{index}] ({job.name})"
 
 
-def validate_files(paths: Sequence[str]) -> tuple[int, list[str]]:
-    """(exit code, lines to print): 0 and one `ok` line per document when all are valid."""
+def validate_files(paths: Sequence[str], *, cluster: bool = False) -> tuple[int, list[str]]:
+    """(exit code, lines to print): 0 and one `ok` line per document when all are valid.
+    `cluster`: also what only a cluster cannot run (the operator's refusals, e.g. a path to a
+    file on this machine)."""
     lines: list[str] = []
     bad = False
     for path in paths:
         jobs = load_file(path)
         for i, job in enumerate(jobs):
             label = _document_label(job, i, len(jobs))
+            if job.ok and cluster and job.config is not None:
+                prefix = "spec" if job.is_manifest else ""
+                problems = [p.render(prefix) for p in cluster_problems(job.config)]
+                if problems:
+                    bad = True
+                    lines.extend(f"{label}: {problem}" for problem in problems)
+                    continue
             if job.ok:
                 kind = "RLHFJob" if job.is_manifest else "job config"
                 lines.append(f"{label}: ok ({kind} {job.name})")
@@ -45,7 +60,7 @@ def validate_files(paths: Sequence[str]) -> tuple[int, list[str]]:
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     # Like linters, the report itself goes to stdout; the exit code says whether it is clean.
-    code, lines = validate_files(args.files)
+    code, lines = validate_files(args.files, cluster=args.cluster)
     for line in lines:
         print(line)
     return code
@@ -121,6 +136,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     val = sub.add_parser("validate", help="Check manifests / job configs; exit 1 on problems.")
     val.add_argument("files", nargs="+", help="Files to check (YAML or JSON, many documents).")
+    val.add_argument(
+        "--cluster",
+        action="store_true",
+        help="Check as the operator does for `kubectl apply` (no files of this machine).",
+    )
     val.set_defaults(func=_cmd_validate)
 
     plan = sub.add_parser(

@@ -21,6 +21,7 @@ from .layout import (
     role_devices,
 )
 from .loading import API_GROUP, API_VERSION, KIND, LoadedJob, load_document, load_file
+from .location_rules import cluster_problems
 from .logging import LoggingConfig, WandbConfig
 from .models import (
     ModelsConfig,
@@ -81,6 +82,7 @@ __all__ = [
     "Toleration",
     "TrainingConfig",
     "WandbConfig",
+    "cluster_problems",
     "describe_layout",
     "load_document",
     "load_file",

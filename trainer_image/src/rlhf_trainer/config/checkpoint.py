@@ -16,13 +16,25 @@ class ResumePolicy(StrEnum):
     NEVER = "never"
 
 
+class AccessMode(StrEnum):
+    READ_WRITE_ONCE = "ReadWriteOnce"
+    READ_WRITE_MANY = "ReadWriteMany"
+
+
 class CheckpointStorage(ConfigModel):
-    """Cluster storage for checkpoints: an existing claim, or a new PVC of `size`."""
+    """The job's storage volume on a cluster: checkpoints, and the outputs that must outlive
+    the pods (final model, metrics, TensorBoard logs). An existing claim, or a new PVC of
+    `size`; without this section the operator creates one of its default size."""
 
     claim_name: str | None = Field(None, min_length=1, max_length=253)
     size: str | None = Field(None, pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$")
     storage_class_name: str | None = Field(None, min_length=1)
-    access_mode: str = Field("ReadWriteOnce", pattern=r"^(ReadWriteOnce|ReadWriteMany)$")
+    access_mode: AccessMode | None = Field(
+        None,
+        description="Of a new PVC. Default ReadWriteMany: the head and every worker pod mount "
+        "it, on any node. ReadWriteOnce only for jobs with a single worker pod (the operator "
+        "then keeps the head on the worker's node).",
+    )
     retain_on_delete: bool = Field(
         True, description="Keep a created PVC when the RLHFJob is deleted."
     )
@@ -45,5 +57,7 @@ class CheckpointConfig(ConfigModel):
         None, description="Where checkpoints go. Default: <run dir>/checkpoints (local)."
     )
     storage: CheckpointStorage | None = Field(
-        None, description="Cluster only: the PVC that holds checkpoints."
+        None,
+        description="Cluster only: the PVC for checkpoints and outputs (default: a new PVC of "
+        "the operator's default size).",
     )

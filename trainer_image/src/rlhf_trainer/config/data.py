@@ -7,14 +7,20 @@ from typing import Self
 from pydantic import Field, model_validator
 
 from .base import ConfigModel
+from .models import ConfigMapKeyRef
 
 
 class DatasetSource(ConfigModel):
-    """Exactly one of `path` (JSON/JSONL/Parquet file or directory), `hfId` (a Hugging Face
-    dataset id) or `builtin` (a synthetic task bundled with the trainer)."""
+    """Exactly one of `path` (JSON/JSONL/Parquet file or directory: a local path, or on a
+    cluster `pvc://<claim>/<path>` or `s3://<bucket>/<key>`), `hfId` (a Hugging Face dataset
+    id), `configMapRef` (a file in a ConfigMap, cluster only) or `builtin` (a synthetic task
+    bundled with the trainer)."""
 
     path: str | None = Field(None, min_length=1)
     hf_id: str | None = Field(None, min_length=1, alias="hfId")
+    config_map_ref: ConfigMapKeyRef | None = Field(
+        None, description="Cluster only: a data file kept in a ConfigMap (up to ~1 MiB)."
+    )
     builtin: str | None = Field(None, min_length=1)
     split: str = Field("train", min_length=1)
     probability: float = Field(
@@ -23,9 +29,9 @@ class DatasetSource(ConfigModel):
 
     @model_validator(mode="after")
     def _exactly_one_source(self) -> Self:
-        given = [x for x in (self.path, self.hf_id, self.builtin) if x is not None]
-        if len(given) != 1:
-            raise ValueError("set exactly one of path, hfId or builtin")
+        sources = (self.path, self.hf_id, self.config_map_ref, self.builtin)
+        if sum(x is not None for x in sources) != 1:
+            raise ValueError("set exactly one of path, hfId, configMapRef or builtin")
         return self
 
 

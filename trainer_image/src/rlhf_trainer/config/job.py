@@ -13,6 +13,7 @@ from .cluster import EnvVar, PullPolicy, RunPolicy, SecretRefs
 from .data import DataConfig
 from .logging import LoggingConfig
 from .models import ModelsConfig
+from .output import ObjectStoreConfig, OutputConfig
 from .placement import PlacementConfig
 from .rollout import RolloutConfig
 from .rules import job_problems
@@ -32,6 +33,10 @@ class JobConfig(ConfigModel):
     placement: PlacementConfig = Field(default_factory=PlacementConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    output: OutputConfig = Field(default_factory=OutputConfig)
+    object_store: ObjectStoreConfig | None = Field(
+        None, description="The S3-compatible store of the job's s3:// inputs and output."
+    )
 
     @model_validator(mode="after")
     def _cross_field_rules(self) -> Self:

@@ -13,6 +13,7 @@ from .algorithm import AlgorithmName
 from .base import Problem
 from .builtins import BUILTIN_REWARD_NAMES, BUILTIN_TASK_NAMES, builtin_problem
 from .layout import layout_problems
+from .location_rules import location_problems, storage_problems
 from .placement import Device
 from .rollout import RolloutEngine
 
@@ -30,6 +31,8 @@ def job_problems(cfg: JobConfig) -> list[Problem]:
         *_training_problems(cfg),
         *_data_problems(cfg),
         *_builtin_problems(cfg),
+        *location_problems(cfg),
+        *storage_problems(cfg),
         *_unimplemented_problems(cfg),
     ]
 

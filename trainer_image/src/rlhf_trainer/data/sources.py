@@ -47,8 +47,14 @@ def read_source(
             rows = builtin_rows(source.builtin, source.split, seed, kind, cfg)
         except ValueError as err:
             raise DataLoadError(str(err)) from err
+    elif source.config_map_ref is not None:
+        # On a cluster the operator mounts the ConfigMap and gives the trainer a path instead.
+        raise DataLoadError(
+            f"configMapRef {source.config_map_ref.name}/{source.config_map_ref.key} is read "
+            "from the cluster by the operator; outside a cluster give the file as path"
+        )
     else:  # unreachable for a validated DatasetSource
-        raise DataLoadError("a data source needs path, hfId or builtin")
+        raise DataLoadError("a data source needs path, hfId, configMapRef or builtin")
     if cfg.max_samples is not None:
         rows = rows[: cfg.max_samples]
     if not rows:
