@@ -18,6 +18,7 @@ class Script:
 
     replies: list[tuple[Any, Any]]
     requests: list[dict[str, Any]] = field(default_factory=list)
+    authorizations: list[str | None] = field(default_factory=list)
 
     def next(self) -> tuple[Any, Any]:
         index = min(len(self.requests) - 1, len(self.replies) - 1)
@@ -30,6 +31,7 @@ def reward_server(script: Script) -> Iterator[str]:
         def do_POST(self) -> None:
             length = int(self.headers["Content-Length"])
             script.requests.append(json.loads(self.rfile.read(length)))
+            script.authorizations.append(self.headers.get("Authorization"))
             status, body = script.next()
             if status == "sleep":
                 time.sleep(body)

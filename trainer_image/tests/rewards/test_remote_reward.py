@@ -82,3 +82,47 @@ def test_unreachable_service() -> None:
     remote, _ = client(f"http://127.0.0.1:{port}/r", retries=1)
     with pytest.raises(RemoteRewardError, match=f"127.0.0.1:{port}.*cannot connect"):
         remote(Q, P, L)
+
+
+def test_the_token_goes_as_a_bearer_header(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rlhf_trainer.config import RemoteReward
+    from rlhf_trainer.config.models import REMOTE_REWARD_TOKEN_ENV
+
+    script = Script([OK])
+    with reward_server(script) as url:
+        cfg = RemoteReward.model_validate(
+            {"url": url, "allowInsecureHttp": True, "authSecret": {"name": "rm", "key": "token"}}
+        )
+        monkeypatch.delenv(REMOTE_REWARD_TOKEN_ENV, raising=False)
+        with pytest.raises(RemoteRewardError, match=f"{REMOTE_REWARD_TOKEN_ENV} is empty"):
+            RemoteRewardClient.from_config(cfg)
+        monkeypatch.setenv(REMOTE_REWARD_TOKEN_ENV, "s3cret")
+        RemoteRewardClient.from_config(cfg)(Q, P, L)
+    assert script.authorizations == ["Bearer s3cret"]
+
+
+def test_a_reply_over_the_size_cap_is_refused_without_retries() -> None:
+    big = {"rewards": [1.0, 0.5], "pad": "x" * 10_000}
+    script = Script([(200, big)])
+    with reward_server(script) as url:
+        remote, sleeps = client(url, max_response_bytes=1000)
+        with pytest.raises(RemoteRewardError, match=r"larger than remoteReward.maxResponseBytes"):
+            remote(Q, P, L)
+    assert len(script.requests) == 1 and sleeps == []
+
+
+def test_plain_http_needs_an_explicit_opt_in() -> None:
+    from pydantic import ValidationError
+
+    from rlhf_trainer.config import JobConfig
+
+    doc = {
+        "algorithm": {"name": "grpo"},
+        "models": {"actor": {"randomInit": {}}, "remoteReward": {"url": "http://rm:8000/score"}},
+        "data": {"train": [{"builtin": "repeat-letter"}]},
+        "rollout": {"samplesPerPrompt": 4},
+    }
+    with pytest.raises(ValidationError, match=r"models\.remoteReward\.url: http:// sends"):
+        JobConfig.model_validate(doc)
+    doc["models"]["remoteReward"]["allowInsecureHttp"] = True  # type: ignore[index]
+    assert JobConfig.model_validate(doc).models.remote_reward is not None

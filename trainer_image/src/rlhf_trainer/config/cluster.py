@@ -11,12 +11,9 @@ from typing import Self
 from pydantic import Field, model_validator
 
 from .base import ConfigModel
-from .models import ConfigMapKeyRef
+from .refs import ConfigMapKeyRef, SecretKeyRef
 
-
-class SecretKeyRef(ConfigModel):
-    name: str = Field(min_length=1, max_length=253)
-    key: str = Field(min_length=1, max_length=253)
+__all__ = ["ConfigMapKeyRef", "SecretKeyRef"]
 
 
 # Credentials that must come from a Secret, and the spec.secrets field that sets each.

@@ -7,7 +7,7 @@ from typing import Self
 from pydantic import Field, model_validator
 
 from .base import ConfigModel
-from .models import ConfigMapKeyRef
+from .refs import ConfigMapKeyRef
 
 
 class DatasetSource(ConfigModel):

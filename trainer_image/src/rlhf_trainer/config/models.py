@@ -8,6 +8,11 @@ from typing import Self
 from pydantic import Field, model_validator
 
 from .base import ConfigModel
+from .refs import ConfigMapKeyRef, SecretKeyRef
+
+# The trainer reads the remote reward's token from here; on a cluster the operator fills it
+# from `models.remoteReward.authSecret`.
+REMOTE_REWARD_TOKEN_ENV = "RLHF_REMOTE_REWARD_TOKEN"
 
 
 class TinyArchitecture(StrEnum):
@@ -67,11 +72,6 @@ class RewardModel(ModelSource):
     weight: float = Field(1.0, gt=0, description="Weight of this model's score in the sum.")
 
 
-class ConfigMapKeyRef(ConfigModel):
-    name: str = Field(min_length=1, max_length=253)
-    key: str = Field(min_length=1, max_length=253)
-
-
 class RewardFunction(ConfigModel):
     """A Python file defining `reward_func(queries, prompts, labels)`; run in its own process.
 
@@ -95,12 +95,25 @@ class RewardFunction(ConfigModel):
 
 
 class RemoteReward(ConfigModel):
-    """An HTTP service: POST {"query", "prompts", "labels"} -> {"rewards": [...]}."""
+    """An HTTP service: POST {"query", "prompts", "labels"} -> {"rewards": [...]}.
 
-    url: str = Field(pattern=r"^https?://", description="http(s) URL of the reward service.")
+    The prompts and responses leave the job: https is required unless `allowInsecureHttp`
+    says otherwise (e.g. a service inside the cluster's own network), and the service can
+    demand a token (`authSecret`, sent as `Authorization: Bearer <token>`)."""
+
+    url: str = Field(pattern=r"^https?://[^\s]+$", description="URL of the reward service.")
     weight: float = Field(1.0, gt=0)
     timeout_seconds: float = Field(30.0, gt=0, le=3600)
     retries: int = Field(3, ge=0, le=20)
+    allow_insecure_http: bool = Field(
+        False, description="Allow an http:// URL (prompts and responses travel unencrypted)."
+    )
+    auth_secret: SecretKeyRef | None = Field(
+        None, description="Secret key holding a bearer token for the service."
+    )
+    max_response_bytes: int = Field(
+        16 * 1024 * 1024, gt=0, le=1024**3, description="Larger replies are refused."
+    )
 
 
 class ModelsConfig(ConfigModel):

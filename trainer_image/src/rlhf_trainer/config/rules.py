@@ -25,6 +25,7 @@ def job_problems(cfg: JobConfig) -> list[Problem]:
     return [
         *_algorithm_problems(cfg),
         *_reward_source_problems(cfg),
+        *_remote_reward_problems(cfg),
         *_batch_problems(cfg),
         *layout_problems(cfg),
         *_rollout_problems(cfg),
@@ -83,6 +84,19 @@ def _reward_source_problems(cfg: JobConfig) -> list[Problem]:
             )
         ]
     return []
+
+
+def _remote_reward_problems(cfg: JobConfig) -> list[Problem]:
+    remote = cfg.models.remote_reward
+    if remote is None or not remote.url.startswith("http://") or remote.allow_insecure_http:
+        return []
+    return [
+        Problem(
+            "models.remoteReward.url",
+            "http:// sends the prompts and responses unencrypted: use https://, or set "
+            "models.remoteReward.allowInsecureHttp: true for a service on a trusted network",
+        )
+    ]
 
 
 def _batch_problems(cfg: JobConfig) -> list[Problem]:

@@ -9,6 +9,7 @@ free; one request per batch.
 from __future__ import annotations
 
 import json
+import os
 import time
 import urllib.error
 import urllib.request
@@ -16,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from rlhf_trainer.config import RemoteReward
+from rlhf_trainer.config.models import REMOTE_REWARD_TOKEN_ENV
 
 from .output import RewardOutputError, RewardResult, parse_reward_output
 
@@ -35,8 +37,12 @@ class RemoteRewardClient:
         retries: int = 3,
         backoff_seconds: float = 0.5,
         sleep: Callable[[float], None] = time.sleep,
+        token: str | None = None,
+        max_response_bytes: int = 16 * 1024 * 1024,
     ) -> None:
         self.url = url
+        self.token = token
+        self.max_response_bytes = max_response_bytes
         self.timeout = timeout_seconds
         self.retries = retries
         self.backoff = backoff_seconds
@@ -45,7 +51,19 @@ class RemoteRewardClient:
 
     @classmethod
     def from_config(cls, cfg: RemoteReward) -> RemoteRewardClient:
-        return cls(cfg.url, timeout_seconds=cfg.timeout_seconds, retries=cfg.retries)
+        token = os.environ.get(REMOTE_REWARD_TOKEN_ENV) or None
+        if cfg.auth_secret is not None and token is None:
+            raise RemoteRewardError(
+                f"models.remoteReward.authSecret is set but {REMOTE_REWARD_TOKEN_ENV} is empty: "
+                "on a cluster the operator fills it from the Secret; locally export it"
+            )
+        return cls(
+            cfg.url,
+            timeout_seconds=cfg.timeout_seconds,
+            retries=cfg.retries,
+            token=token,
+            max_response_bytes=cfg.max_response_bytes,
+        )
 
     def __call__(
         self, queries: Sequence[str], prompts: Sequence[str], labels: Sequence[str | None]
@@ -73,12 +91,14 @@ class RemoteRewardClient:
         )
 
     def _post(self, body: bytes) -> Any:
-        request = urllib.request.Request(
-            self.url, data=body, method="POST", headers={"Content-Type": "application/json"}
-        )
+        headers = {"Content-Type": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        request = urllib.request.Request(self.url, data=body, method="POST", headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                payload = response.read()
+                # Read one byte past the cap: a larger reply is refused, never held whole.
+                payload = response.read(self.max_response_bytes + 1)
         except urllib.error.HTTPError as err:
             detail = err.read()[:500].decode("utf-8", "replace")
             message = f"HTTP {err.code} {err.reason}: {detail}".rstrip(": ")
@@ -93,6 +113,11 @@ class RemoteRewardClient:
             raise _Retryable(f"cannot connect: {err.reason}") from err
         except (ConnectionError, OSError) as err:
             raise _Retryable(f"connection failed: {err}") from err
+        if len(payload) > self.max_response_bytes:
+            raise RemoteRewardError(
+                f"{self.name}: the reply is larger than remoteReward.maxResponseBytes "
+                f"({self.max_response_bytes})"
+            )
         try:
             reply = json.loads(payload)
         except json.JSONDecodeError as err:
