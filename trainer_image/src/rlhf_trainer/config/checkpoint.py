@@ -8,6 +8,7 @@ from typing import Self
 from pydantic import Field, model_validator
 
 from .base import ConfigModel
+from .names import DNS_SUBDOMAIN
 
 
 class ResumePolicy(StrEnum):
@@ -26,9 +27,11 @@ class CheckpointStorage(ConfigModel):
     the pods (final model, metrics, TensorBoard logs). An existing claim, or a new PVC of
     `size`; without this section the operator creates one of its default size."""
 
-    claim_name: str | None = Field(None, min_length=1, max_length=253)
+    claim_name: str | None = Field(None, min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)
     size: str | None = Field(None, pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$")
-    storage_class_name: str | None = Field(None, min_length=1)
+    storage_class_name: str | None = Field(
+        None, min_length=1, max_length=253, pattern=DNS_SUBDOMAIN
+    )
     access_mode: AccessMode | None = Field(
         None,
         description="Of a new PVC. Default ReadWriteMany: the head and every worker pod mount "

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Self
+from typing import Annotated, Self
 
-from pydantic import Field, model_validator
+from pydantic import Field, StringConstraints, model_validator
 
 from .algorithm import AlgorithmConfig
 from .base import ConfigModel, raise_problems
@@ -13,6 +13,7 @@ from .cluster import EnvVar, PullPolicy, RunPolicy, SecretRefs
 from .data import DataConfig
 from .logging import LoggingConfig
 from .models import ModelsConfig
+from .names import DNS_SUBDOMAIN, IMAGE
 from .output import ObjectStoreConfig, OutputConfig
 from .placement import PlacementConfig
 from .rollout import RolloutConfig
@@ -57,10 +58,16 @@ class JobSpec(JobConfig):
     """`spec` of an RLHFJob: the job config plus how it runs on Kubernetes."""
 
     image: str | None = Field(
-        None, min_length=1, description="Trainer image; default: the operator's setting."
+        None,
+        min_length=1,
+        max_length=512,
+        pattern=IMAGE,
+        description="Trainer image; default: the operator's setting.",
     )
     image_pull_policy: PullPolicy = PullPolicy.IF_NOT_PRESENT
-    image_pull_secrets: list[str] = Field(default_factory=list)
+    image_pull_secrets: list[Annotated[str, StringConstraints(pattern=DNS_SUBDOMAIN)]] = Field(
+        default_factory=list
+    )
     env: list[EnvVar] = Field(default_factory=list)
     secrets: SecretRefs = Field(default_factory=SecretRefs)
     run_policy: RunPolicy = Field(default_factory=RunPolicy)

@@ -8,6 +8,7 @@ from enum import StrEnum
 from pydantic import Field
 
 from .base import ConfigModel
+from .names import DNS_LABEL, DNS_SUBDOMAIN, EXTENDED_RESOURCE, RAY_RESOURCE
 
 QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$"
 
@@ -64,15 +65,18 @@ class PlacementConfig(ConfigModel):
     ray_resource: str = Field(
         "GPU",
         min_length=1,
+        pattern=RAY_RESOURCE,
         description="Ray resource one rank asks for; tests use a custom name on CPU machines.",
     )
 
     # Kubernetes only: how ranks are packed into pods and where pods may run.
     gpus_per_node: int = Field(8, ge=1, le=64, description="GPUs per worker pod (node size).")
-    gpu_resource_name: str = Field("nvidia.com/gpu", min_length=1)
+    gpu_resource_name: str = Field("nvidia.com/gpu", min_length=1, pattern=EXTENDED_RESOURCE)
     resources: PodResources = Field(default_factory=PodResources)
     node_selector: dict[str, str] = Field(default_factory=dict)
     tolerations: list[Toleration] = Field(default_factory=list)
-    priority_class_name: str | None = None
-    scheduler_name: str | None = None
-    queue_name: str | None = Field(None, description="Kueue LocalQueue (kueue.x-k8s.io).")
+    priority_class_name: str | None = Field(None, max_length=253, pattern=DNS_SUBDOMAIN)
+    scheduler_name: str | None = Field(None, max_length=253, pattern=DNS_SUBDOMAIN)
+    queue_name: str | None = Field(
+        None, max_length=63, pattern=DNS_LABEL, description="Kueue LocalQueue (kueue.x-k8s.io)."
+    )

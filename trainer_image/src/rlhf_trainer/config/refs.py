@@ -6,13 +6,14 @@ from __future__ import annotations
 from pydantic import Field
 
 from .base import ConfigModel
+from .names import DATA_KEY, DNS_SUBDOMAIN
 
 
 class SecretKeyRef(ConfigModel):
-    name: str = Field(min_length=1, max_length=253)
-    key: str = Field(min_length=1, max_length=253)
+    name: str = Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)
+    key: str = Field(min_length=1, max_length=253, pattern=DATA_KEY)
 
 
 class ConfigMapKeyRef(ConfigModel):
-    name: str = Field(min_length=1, max_length=253)
-    key: str = Field(min_length=1, max_length=253)
+    name: str = Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)
+    key: str = Field(min_length=1, max_length=253, pattern=DATA_KEY)

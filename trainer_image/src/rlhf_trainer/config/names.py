@@ -1,0 +1,27 @@
+"""Patterns for every spec value that ends up in a pod, a `ray start` line or an object name.
+
+They are strict on purpose: these values are pasted into KubeRay's shell command lines and
+into pod specs, so anything outside a plain name (a quote, a space, a `;`) is refused by the
+CRD and by `rlhf validate` before it can reach a shell or the scheduler.
+"""
+
+from __future__ import annotations
+
+# RFC 1123 subdomain (most object names: PriorityClass, Secret, PVC, StorageClass, ...).
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
+# RFC 1123 label (namespaced names that become labels, e.g. a Kueue LocalQueue).
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+# A key inside a ConfigMap or Secret.
+DATA_KEY = r"^[-._a-zA-Z0-9]{1,253}$"
+# A Kubernetes extended resource: a domain-prefixed name such as nvidia.com/gpu.
+EXTENDED_RESOURCE = (
+    r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+# A Ray resource name as the trainer asks for it ("GPU", or a custom name such as GPU-like).
+RAY_RESOURCE = r"^[A-Za-z][A-Za-z0-9_-]{0,62}$"
+# An OCI image reference: [registry[:port]/]path[:tag][@sha256:digest].
+IMAGE = (
+    r"^([a-zA-Z0-9][a-zA-Z0-9.-]*(:[0-9]{1,5})?/)?"
+    r"[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*"
+    r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?$"
+)
