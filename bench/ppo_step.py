@@ -98,14 +98,14 @@ def median(xs: list[float]) -> float:
 
 def run_ours(args: argparse.Namespace, algorithm: str, work: Path) -> dict[str, Any]:
     from rlhf_trainer.config import load_document
-    from rlhf_trainer.loop.run import run_job
+    from rlhf_trainer.runner.main import run_job
 
     job = load_document(job_document(args, algorithm), f"bench-{algorithm}.yaml", work)
     if job.config is None:
         raise SystemExit("\n".join(job.problems))
     run_dir = work / f"rlhf-{algorithm}"
     start = time.perf_counter()
-    run_job(job, job.config, run_dir)
+    run_job(job.config, name=job.name, base_dir=job.base_dir, run_dir=run_dir)
     wall = time.perf_counter() - start
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in records if r.get("event") == "step"]

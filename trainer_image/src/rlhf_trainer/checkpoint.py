@@ -13,6 +13,9 @@ into place (atomic on one file system), then replaces `latest` atomically (write
 `os.replace`) and removes checkpoints beyond the `keep` newest. A crash at any point leaves
 either the previous state or the new one visible, never a mix; `latest()` trusts only
 directories with the marker, so even a lost `latest` file or a stray directory is harmless.
+
+`publish_dir(write_fn, final)` does the same for one directory that has no history, the final
+HF export of a run: written beside it, flushed to disk, renamed into place.
 """
 
 from __future__ import annotations
@@ -61,6 +64,50 @@ def _fsync_dir(path: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def _fsync_tree(root: Path) -> None:
+    """Flush every file and directory under `root` to disk, so that a rename published after
+    it never points at data a power cut would lose (rename is atomic, not durable)."""
+    for directory, _, files in os.walk(root):
+        for name in files:
+            path = Path(directory, name)
+            if path.is_symlink():
+                continue
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_dir(Path(directory))
+
+
+def publish_dir(write_fn: Callable[[Path], None], final: Path) -> Path:
+    """Let `write_fn(tmp)` fill a temporary directory beside `final`, flush it to disk, then
+    rename it to `final` (replacing an older one), so `final` is never seen half-written: a
+    reader finds the old export, the new one, or (between the two renames) none, never a mix.
+    On failure the temporary directory is removed and an older `final` is left as it was."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.with_name(f"{_TMP_PREFIX}{final.name}.{uuid.uuid4().hex[:8]}")
+    tmp.mkdir()
+    old = None
+    try:
+        write_fn(tmp)
+        _fsync_tree(tmp)
+        if final.exists():
+            # A directory cannot be renamed over a non-empty one: move the old one aside.
+            old = final.with_name(f"{_TMP_PREFIX}old-{final.name}.{uuid.uuid4().hex[:8]}")
+            os.rename(final, old)
+        os.rename(tmp, final)
+        _fsync_dir(final.parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None and not final.exists():
+            os.rename(old, final)  # the new one never arrived: put the old one back
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
 
 
 def write_text_atomic(path: Path, text: str) -> None:

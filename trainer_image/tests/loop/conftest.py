@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import subprocess
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -73,3 +77,72 @@ QUICK = {
     },
     "checkpoint": {"everySteps": 1, "keep": 2},
 }
+
+
+def is_wall_clock(metric: str) -> bool:
+    """Seconds and rates (`update_s`, `samples_per_s`, ...) differ run to run by nature."""
+    return metric.endswith("_s")
+
+
+def step_metrics(run_dir: Path) -> dict[int, dict[str, float]]:
+    """Each step's metrics but the wall-clock ones; a resumed run appends, its record wins."""
+    out: dict[int, dict[str, float]] = {}
+    for record in read_metrics(run_dir):
+        out[record["step"]] = {k: v for k, v in record["metrics"].items() if not is_wall_clock(k)}
+    return out
+
+
+def rlhf_run(
+    path: Path, run_dir: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    """`rlhf run` in a process of its own, stdout and stderr together."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "rlhf_trainer", "run", str(path), "--run-dir", str(run_dir), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **(env or {})},
+        start_new_session=True,  # its own process group: a kill of the group takes Ray along
+    )
+
+
+def wait_for_file(proc: subprocess.Popen[str], path: Path, timeout: float = 600) -> None:
+    """Until `path` exists; fails if the run ends first or it takes longer than `timeout`."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if proc.poll() is not None:
+            out = proc.stdout.read() if proc.stdout else ""
+            raise AssertionError(f"run ended before {path} appeared: {out[-3000:]}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{path} did not appear within {timeout} s")
+        time.sleep(0.2)
+
+
+def finish(proc: subprocess.Popen[str], timeout: float = 600) -> str:
+    out, _ = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, out[-3000:]
+    return out
+
+
+# A reward-function file that calls the tiny task's own, with `body` run first at every call
+# (CALLS[0] counts the calls: one per step).
+WRAPPED_REWARD = """
+import importlib.util
+
+_spec = importlib.util.spec_from_file_location("tiny_reward", {base!r})
+_base = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_base)
+CALLS = [0]
+
+
+def reward_func(queries, prompts, labels):
+    CALLS[0] += 1
+    {body}
+    return _base.reward_func(queries, prompts, labels)
+"""
+
+
+def reward_file(tmp_path: Path, body: str) -> str:
+    path = tmp_path / "reward.py"
+    path.write_text(WRAPPED_REWARD.format(base=str(TINY_TASK / "reward_func.py"), body=body))
+    return str(path)

@@ -12,6 +12,7 @@ from rlhf_trainer.config import JobConfig
 from rlhf_trainer.distributed.forward import trim_padding
 from rlhf_trainer.loop.batch import Sample, to_batch
 from rlhf_trainer.loop.rollout import (
+    AgentError,
     PromptInput,
     load_agent_class,
     multi_turn,
@@ -139,5 +140,21 @@ def test_multi_turn_keeps_generated_ids_and_masks_feedback(tmp_path: Path) -> No
 def test_agent_file_without_agent_instance_is_rejected(tmp_path: Path) -> None:
     path = tmp_path / "bad.py"
     path.write_text("x = 1\n")
-    with pytest.raises(ValueError, match="must define a class AgentInstance"):
+    with pytest.raises(AgentError, match="must define a class AgentInstance"):
         load_agent_class(path)
+
+
+def test_an_agent_file_that_does_not_import_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "agent.py"
+    path.write_text("import no_such_module\n")
+    with pytest.raises(AgentError, match=r"rollout.agent.path: cannot import .*agent.py: "):
+        load_agent_class(path)
+
+
+def test_agent_code_that_raises_is_an_agent_error_naming_the_method(tmp_path: Path) -> None:
+    path = tmp_path / "agent.py"
+    path.write_text(AGENT.replace("self.turns += 1", "self.turns += 1 / 0"))
+    engine = ScriptedEngine([[ord("!")]] * 4)
+    job = cfg(agent={"mode": "multi-turn", "path": str(path), "maxTurns": 3})
+    with pytest.raises(AgentError, match=r"AgentInstance\.step raised ZeroDivisionError"):
+        multi_turn(PROMPTS, engine, CharTokenizer(), job, 0, load_agent_class(path), 64)

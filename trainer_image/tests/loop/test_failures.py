@@ -1,7 +1,8 @@
 """Failures stop the run with one clear message, a final checkpoint when the models are in a
-consistent state, and nothing half-written.
+consistent state, nothing half-written, and an exit code that says whether a retry can help.
 
-- a reward function that raises at its third batch: final checkpoint of step 2;
+- a reward function that raises at its third batch: final checkpoint of step 2, and exit 78
+  (a bug in the job's code: a retry would replay the same batch into it);
 - a remote reward service that goes away after two batches: final checkpoint of step 2;
 - rewards so large that the critic's loss overflows: every rank stops before its backward
   pass; if no rank had stepped yet the final checkpoint holds step 2, else (the actor, which
@@ -21,39 +22,19 @@ from typing import Any
 
 import pytest
 
-from conftest import QUICK, TINY_TASK, JobFile, read_metrics
+from conftest import QUICK, JobFile, read_metrics, reward_file
 from rlhf_trainer.checkpoint import CheckpointManager
-
-WRAPPED_REWARD = """
-import importlib.util
-
-_spec = importlib.util.spec_from_file_location("tiny_reward", {base!r})
-_base = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_base)
-CALLS = [0]
+from rlhf_trainer.config.outcome import ExitCode
 
 
-def reward_func(queries, prompts, labels):
-    CALLS[0] += 1
-    {body}
-    return _base.reward_func(queries, prompts, labels)
-"""
-
-
-def reward_file(tmp_path: Path, body: str) -> str:
-    path = tmp_path / "reward.py"
-    path.write_text(WRAPPED_REWARD.format(base=str(TINY_TASK / "reward_func.py"), body=body))
-    return str(path)
-
-
-def run_failing(path: Path, run_dir: Path) -> str:
+def run_failing(path: Path, run_dir: Path, code: ExitCode = ExitCode.FAILED) -> str:
     proc = subprocess.run(
         [sys.executable, "-m", "rlhf_trainer", "run", str(path), "--run-dir", str(run_dir)],
         capture_output=True,
         text=True,
         timeout=600,
     )
-    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert proc.returncode == code, proc.stderr[-3000:]
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("rlhf run:")]
     assert len(lines) == 1, proc.stderr[-3000:]
     return lines[0]
@@ -81,7 +62,7 @@ def test_failing_reward_function(job_file: JobFile, tmp_path: Path) -> None:
         training=STEPS,
         checkpoint=NO_PERIODIC,
     )
-    line = run_failing(path, tmp_path / "run")
+    line = run_failing(path, tmp_path / "run", ExitCode.INVALID)
     assert "after 2 completed steps" in line
     assert "raised an exception" in line and "the verifier crashed on batch 3" in line
     assert "final checkpoint:" in line and "step-000002" in line
@@ -125,7 +106,12 @@ def test_unreachable_remote_reward_model(
     path = job_file(
         models={
             "rewardFunction": None,
-            "remoteReward": {"url": vanishing_reward_server, "retries": 1, "timeoutSeconds": 2},
+            "remoteReward": {
+                "url": vanishing_reward_server,
+                "retries": 1,
+                "timeoutSeconds": 2,
+                "allowInsecureHttp": True,
+            },
         },
         rollout=QUICK["rollout"],
         training=STEPS,

@@ -11,59 +11,21 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import QUICK, JobFile, read_metrics
+from conftest import QUICK, JobFile, finish, read_metrics, rlhf_run, step_metrics, wait_for_file
 
 STEPS = 6
 
 
-def is_wall_clock(metric: str) -> bool:
-    """Seconds and rates (`update_s`, `samples_per_s`, ...) differ run to run by nature."""
-    return metric.endswith("_s")
-
-
-def rlhf_run(path: Path, run_dir: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "rlhf_trainer", "run", str(path), "--run-dir", str(run_dir)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,  # its own process group: the kill takes Ray down with it
-    )
-
-
-def finish(proc: subprocess.Popen[str], timeout: float = 600) -> str:
-    out, _ = proc.communicate(timeout=timeout)
-    assert proc.returncode == 0, out[-3000:]
-    return out
-
-
 def kill_after_checkpoint(proc: subprocess.Popen[str], marker: Path, timeout: float = 600) -> None:
-    deadline = time.monotonic() + timeout
-    while not marker.exists():
-        if proc.poll() is not None:
-            raise AssertionError(
-                f"run ended before {marker} appeared: {proc.stdout.read()[-3000:]}"
-            )  # type: ignore[union-attr]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{marker} did not appear within {timeout} s")
-        time.sleep(0.2)
+    wait_for_file(proc, marker, timeout)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=60)
-
-
-def step_metrics(run_dir: Path) -> dict[int, dict[str, float]]:
-    out: dict[int, dict[str, float]] = {}
-    for record in read_metrics(run_dir):  # a resumed run appends: the last record of a step wins
-        out[record["step"]] = {k: v for k, v in record["metrics"].items() if not is_wall_clock(k)}
-    return out
 
 
 @pytest.mark.slow

@@ -15,6 +15,7 @@ import pytest
 from conftest import QUICK, JobFile, read_metrics
 from rlhf_trainer.checkpoint import CheckpointManager
 from rlhf_trainer.cli import main
+from rlhf_trainer.config.outcome import ExitCode
 
 
 def test_two_ppo_steps_with_the_hf_engine(job_file: JobFile, tmp_path: Path) -> None:
@@ -56,21 +57,6 @@ def test_two_ppo_steps_with_the_hf_engine(job_file: JobFile, tmp_path: Path) -> 
     assert (run_dir / "tensorboard").is_dir()
 
 
-def test_offline_algorithms_go_to_the_offline_trainer(
-    job_file: JobFile, capsys: pytest.CaptureFixture[str]
-) -> None:
-    # The offline trainer's own rule (no label noise for ipo) answers: the dispatch reached it.
-    path = job_file(
-        algorithm={"name": "ipo", "labelSmoothing": 0.1},
-        models={"rewardFunction": None},
-        training={"freezeActorSteps": 0},
-    )
-    assert main(["run", str(path)]) == 1
-    assert "algorithm.labelSmoothing: label noise applies to dpo/cdpo only" in (
-        capsys.readouterr().err
-    )
-
-
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
@@ -93,7 +79,7 @@ def test_offline_algorithms_go_to_the_offline_trainer(
 def test_unsupported_options_are_refused_by_field(
     changes: dict[str, object], message: str, job_file: JobFile, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["run", str(job_file(**changes))]) == 1
+    assert main(["run", str(job_file(**changes))]) == ExitCode.INVALID
     assert message in capsys.readouterr().err
 
 
@@ -101,7 +87,7 @@ def test_invalid_job_file_fails_with_the_problems(
     job_file: JobFile, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = job_file(algorithm={"name": "grpo"}, rollout={"samplesPerPrompt": 1})
-    assert main(["run", str(path)]) == 1
+    assert main(["run", str(path)]) == ExitCode.INVALID
     err = capsys.readouterr().err
     assert "rollout.samplesPerPrompt: must be > 1 for algorithm grpo (got 1)" in err
 
@@ -110,5 +96,19 @@ def test_missing_reward_function_file_is_named(
     job_file: JobFile, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     path = job_file(models={"rewardFunction": {"path": str(tmp_path / "nope.py")}}, **QUICK)
-    assert main(["run", str(path), "--run-dir", str(tmp_path / "r")]) == 1
+    assert main(["run", str(path), "--run-dir", str(tmp_path / "r")]) == ExitCode.INVALID
     assert "nope.py" in capsys.readouterr().err
+
+
+def test_a_reward_function_that_does_not_import_fails_before_the_cluster_starts(
+    job_file: JobFile, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    broken = tmp_path / "reward.py"
+    broken.write_text("import no_such_module\n")
+    path = job_file(models={"rewardFunction": {"path": str(broken)}}, **QUICK)
+    run_dir = tmp_path / "r"
+    assert main(["run", str(path), "--run-dir", str(run_dir)]) == ExitCode.INVALID
+    err = capsys.readouterr().err
+    assert "RewardFunctionLoadError: reward function reward.py: cannot load" in err
+    assert "ModuleNotFoundError: No module named 'no_such_module'" in err
+    assert not run_dir.exists()  # refused while loading: no reporter, no cluster

@@ -1,4 +1,4 @@
-"""The offline trainers end to end: `run_offline` on real Ray actors with DeepSpeed (gloo on CPU),
+"""The offline trainers end to end: the runner on real Ray actors with DeepSpeed (gloo on CPU),
 a tiny random-init Llama, and synthetic data each trainer must learn.
 
 One local Ray (2 CPUs, 4 "GPU-like" devices) serves the module. Each run takes ~10 s here, most
@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from rlhf_trainer.config import JobConfig
-from rlhf_trainer.offline.run import run_offline
+from rlhf_trainer.runner.main import run_config
 
 from .jobs import RAY_RESOURCE, offline_job
 from .synthetic import FIXED_ANSWER, kto_rows, preference_rows, sft_rows, write_jsonl
@@ -57,10 +57,7 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def run(job: JobConfig, data_dir: Path, run_dir: Path, resume: str = "never") -> int:
-    code: int = run_offline(
-        job, name=run_dir.name, base_dir=data_dir, run_dir=run_dir, resume=resume, max_steps=None
-    )
-    return code
+    return run_config(job, name=run_dir.name, base_dir=data_dir, run_dir=run_dir, resume=resume)
 
 
 def step_metrics(run_dir: Path) -> list[dict[str, Any]]:

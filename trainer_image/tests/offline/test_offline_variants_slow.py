@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from rlhf_trainer.config import JobConfig, load_file
-from rlhf_trainer.offline.run import run_offline
+from rlhf_trainer.runner.main import run_config
 
 from .jobs import RAY_RESOURCE, offline_job
 from .synthetic import preference_rows, sft_rows, write_jsonl
@@ -52,10 +52,7 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def run(job: JobConfig, base: Path, run_dir: Path) -> int:
-    code: int = run_offline(
-        job, name=run_dir.name, base_dir=base, run_dir=run_dir, resume="never", max_steps=None
-    )
-    return code
+    return run_config(job, name=run_dir.name, base_dir=base, run_dir=run_dir, resume="never")
 
 
 @pytest.mark.parametrize(
@@ -162,14 +159,7 @@ def test_example_manifests_learn(ray_up: None, tmp_path: Path) -> None:
     for name in ("tiny-sft-cpu", "tiny-dpo-cpu"):
         (job,) = load_file(EXAMPLES / f"{name}.yaml")
         assert job.config is not None, job.problems
-        code = run_offline(
-            job.config,
-            name=job.name,
-            base_dir=job.base_dir,
-            run_dir=tmp_path / name,
-            resume=None,
-            max_steps=None,
-        )
+        code = run_config(job.config, name=job.name, base_dir=job.base_dir, run_dir=tmp_path / name)
         assert code == 0
         runs[name] = step_metrics(tmp_path / name)
     for letter in "abcd":

@@ -10,10 +10,15 @@ import pytest
 import torch
 
 from rlhf_trainer.rewards.function_runner import (
+    RewardFunctionCodeError,
     RewardFunctionError,
+    RewardFunctionLoadError,
     RewardFunctionRunner,
     RewardFunctionTimeout,
 )
+
+# Whose fault: the file and the code are the job's (no retry), a dead process may not be.
+CODE, LOAD = RewardFunctionCodeError, RewardFunctionLoadError
 
 Q, P, L = ["p1 yes", "p2 no"], ["p1", "p2"], ["yes", None]
 
@@ -71,7 +76,7 @@ def test_results(
 
 
 @pytest.mark.parametrize(
-    ("body", "message"),
+    ("body", "message", "error"),
     [
         (
             """
@@ -79,6 +84,7 @@ def test_results(
                 return [1 / 0 for _ in queries]
             """,
             r"raised an exception:\n(.|\n)*reward_func\.py\", line 3(.|\n)*ZeroDivisionError",
+            CODE,
         ),
         (
             """
@@ -86,6 +92,7 @@ def test_results(
                 return [1.0]
             """,
             "has 1 values for 2 queries",
+            CODE,
         ),
         (
             """
@@ -93,6 +100,7 @@ def test_results(
                 return [1.0, float("nan")]
             """,
             r"rewards\[1\] is nan",
+            CODE,
         ),
         (
             """
@@ -100,16 +108,19 @@ def test_results(
                 return {"score": [1, 2]}
             """,
             "needs a 'rewards' entry",
+            CODE,
         ),
-        ("def reward_func(:\n", r"cannot load(.|\n)*SyntaxError"),
-        ("x = 1\n", "defines no function reward_func"),
+        ("def reward_func(:\n", r"cannot load(.|\n)*SyntaxError", LOAD),
+        ("x = 1\n", "defines no function reward_func", LOAD),
     ],
     ids=["raises", "wrong-length", "nan", "dict-without-rewards", "syntax-error", "no-function"],
 )
-def test_errors_carry_the_cause(tmp_path: Path, body: str, message: str) -> None:
+def test_errors_carry_the_cause(
+    tmp_path: Path, body: str, message: str, error: type[RewardFunctionError]
+) -> None:
     with (
         RewardFunctionRunner(reward_file(tmp_path, body), timeout_seconds=30) as runner,
-        pytest.raises(RewardFunctionError, match=message),
+        pytest.raises(error, match=message),
     ):
         runner(Q, P, L)
 
@@ -157,13 +168,14 @@ def test_a_crashing_worker_is_reported_and_replaced(
     )
     with RewardFunctionRunner(path, timeout_seconds=30) as runner:
         pattern = f"worker process died: .*{status}; its last output:\\nabout to die"
-        with pytest.raises(RewardFunctionError, match=pattern):
+        with pytest.raises(RewardFunctionError, match=pattern) as died:
             runner(["crash"], ["p"], [None])
+        assert died.type is RewardFunctionError  # neither the file's nor the code's fault
         assert runner(["ok"], ["p"], [None]).rewards.tolist() == [0.0]
 
 
 def test_missing_file_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(RewardFunctionError, match="does not exist"):
+    with pytest.raises(RewardFunctionLoadError, match="does not exist"):
         RewardFunctionRunner(tmp_path / "nope.py")
 
 

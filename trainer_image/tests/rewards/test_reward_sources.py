@@ -13,7 +13,7 @@ from reward_server import Script, reward_server
 from rlhf_trainer.config import ModelsConfig, RewardFunction
 from rlhf_trainer.data.builtin import repeat_letter_answer
 from rlhf_trainer.rewards.builtin import BuiltinRewardFunction, response_of
-from rlhf_trainer.rewards.function_runner import RewardFunctionRunner
+from rlhf_trainer.rewards.function_runner import RewardFunctionLoadError, RewardFunctionRunner
 from rlhf_trainer.rewards.output import combine_rewards
 from rlhf_trainer.rewards.sources import RewardSources, build_reward_function
 
@@ -105,7 +105,7 @@ def test_combine_rewards_weights_and_checks_shapes() -> None:
 
 def test_config_map_reference_is_read_from_the_operators_mount(tmp_path: Path) -> None:
     cfg = RewardFunction.model_validate({"configMapRef": {"name": "cm", "key": "r.py"}})
-    with pytest.raises(FileNotFoundError, match=r"use rewardFunction\.path"):
+    with pytest.raises(RewardFunctionLoadError, match=r"use rewardFunction\.path"):
         build_reward_function(cfg, tmp_path, mount_dir=tmp_path)
     (tmp_path / "r.py").write_text("def reward_func(q, p, l):\n    return [0.0] * len(q)\n")
     fn = build_reward_function(cfg, tmp_path, mount_dir=tmp_path)
@@ -113,6 +113,19 @@ def test_config_map_reference_is_read_from_the_operators_mount(tmp_path: Path) -
         assert fn(["x"], ["x"], [None]).rewards.tolist() == [0.0]
     finally:
         fn.close()
+
+
+def test_start_loads_the_reward_function_file_before_any_scoring(tmp_path: Path) -> None:
+    (tmp_path / "rf.py").write_text("import no_such_module\n")
+    models = ModelsConfig.model_validate(
+        {"actor": {"pretrained": "/m"}, "rewardFunction": {"path": "rf.py"}}
+    )
+    sources = RewardSources(models, tmp_path)
+    try:
+        with pytest.raises(RewardFunctionLoadError, match=r"cannot load(.|\n)*no_such_module"):
+            sources.start()
+    finally:
+        sources.close()
 
 
 def test_all_sources_are_weighted_and_summed(tmp_path: Path) -> None:
@@ -127,7 +140,7 @@ def test_all_sources_are_weighted_and_summed(tmp_path: Path) -> None:
                 "actor": {"pretrained": "x"},
                 "rewardModels": [{"pretrained": "rm", "weight": 0.5}],
                 "rewardFunction": {"path": "rf.py", "weight": 2.0},
-                "remoteReward": {"url": url, "weight": 0.25},
+                "remoteReward": {"url": url, "weight": 0.25, "allowInsecureHttp": True},
             }
         )
         sources = RewardSources(models, tmp_path)

@@ -9,6 +9,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,7 +66,8 @@ def start_ray(plan: PlacementPlan, device: Device, *, address: str | None = None
     if not ray.is_initialized():
         target = address or os.environ.get("RAY_ADDRESS")
         if target:
-            ray.init(address=target, log_to_driver=_verbose())
+            with _keep_sigterm_handler():
+                ray.init(address=target, log_to_driver=_verbose())
         else:
             kwargs: dict[str, Any] = {
                 "num_cpus": os.cpu_count() or 1,
@@ -79,7 +83,8 @@ def start_ray(plan: PlacementPlan, device: Device, *, address: str | None = None
                     kwargs["num_gpus"] = plan.total_devices
                 else:
                     kwargs["resources"] = {plan.resource: plan.total_devices}
-            ray.init(**{k: v for k, v in kwargs.items() if v is not None})
+            with _keep_sigterm_handler():
+                ray.init(**{k: v for k, v in kwargs.items() if v is not None})
             # Only a Ray this process started is shut down at the end (see shutdown_ray).
             _STARTED.append(True)
     available = ray.cluster_resources().get(plan.resource, 0)  # type: ignore[no-untyped-call]
@@ -92,6 +97,22 @@ def start_ray(plan: PlacementPlan, device: Device, *, address: str | None = None
 
 
 _STARTED: list[bool] = []
+
+
+@contextlib.contextmanager
+def _keep_sigterm_handler() -> Iterator[None]:
+    """`ray.init` replaces the driver's SIGTERM handler with one that exits at once; the
+    runner's (a stop request honoured at the next step boundary, with a checkpoint: see
+    `rlhf_trainer.runner.preemption`) must survive it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _verbose() -> bool:

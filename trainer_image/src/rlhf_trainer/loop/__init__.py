@@ -2,7 +2,8 @@
 
 Import the submodules directly; this file imports nothing (no torch, no Ray):
 
-- `run`: `rlhf run` (load the job, resolve models and paths, start the cluster, run, exit code).
+- `train`: the online train function `rlhf_trainer.runner` calls (models, prompts, rewards,
+  cluster, driver).
 - `driver`: the loop as named stages, each about a screen long.
 - `rollout`: generation requests, the token-in/token-out agent executor.
 - `batch`: samples -> padded tensors in the layout every role shares (pure).

@@ -9,6 +9,12 @@ global; the ranks only run forward passes and updates on their shards.
 On failure the run stops with the error, after writing a final checkpoint when the models are
 in a consistent state (the failure came before this step's update, or after it completed) and
 their weights are finite; a checkpoint is never half-written (see `CheckpointStore`).
+
+A stop request (SIGTERM, see `rlhf_trainer.runner.preemption`) is honoured between steps and,
+within a step, before its update: the step's rollouts and experience are dropped whole (no
+weights, no data position, no controller state of theirs is kept) and `Preempted` takes the
+failure path above, which checkpoints the last finished step. Once the update has begun the
+step runs to its end, as its models are consistent only then.
 """
 
 from __future__ import annotations
@@ -23,9 +29,10 @@ from torch import Tensor
 
 from rlhf_trainer.algos.masking import masked_mean
 from rlhf_trainer.algos.rewards import overlong_penalty
-from rlhf_trainer.checkpoint import CheckpointRef, TrainerState
+from rlhf_trainer.checkpoint import CheckpointRef, TrainerState, publish_dir
 from rlhf_trainer.config import JobConfig
 from rlhf_trainer.reporting.timing import StageTimer
+from rlhf_trainer.runner.preemption import Preempted, StopCheck, never
 
 from .batch import Sample, to_batch
 from .estimators import compute_advantages, kl_statistic, process_scores
@@ -99,9 +106,12 @@ class Trainer:
         *,
         total_steps: int,
         export_dir: Path | None,
+        stop: StopCheck = never,
     ) -> None:
         self.cfg, self.cluster, self.tokenizer, self.prompts = cfg, cluster, tokenizer, prompts
         self.hooks, self.total_steps, self.export_dir = hooks, total_steps, export_dir
+        self.stop = stop
+        self.resumed_from: int | None = None
         self.kl = kl_controller(cfg.algorithm)
         self.state = TrainerState(kl_coef=self.kl.value)
         self.saved_step = -1
@@ -116,11 +126,12 @@ class Trainer:
         self.resume()
         try:
             while self.state.step < self.total_steps:
+                self.stop_if_requested()
                 self.state = self.train_step(self.state)
             if self.saved_step != self.state.step:
                 self.checkpoint(self.state)
             if self.export_dir is not None and self.cfg.checkpoint.export_hf:
-                self.cluster.export_hf(str(self.export_dir))
+                publish_dir(lambda d: self.cluster.export_hf(str(d)), self.export_dir)
         except BaseException as err:
             self.final_checkpoint_after(err)
             raise
@@ -137,8 +148,10 @@ class Trainer:
         self.phase = "rollout"
         with timer("generation"):
             samples = self.generate(step, batch.items)
+        self.stop_if_requested()  # generation is most of a step: no need to score it too
         with timer("make_experience"):
             experience, metrics, reward_stats = self.make_experience(step, samples, state, timer)
+        self.stop_if_requested()  # the last point where the step leaves no trace
         self.phase = "update"
         self.steps_before_update = self.cluster.optimizer_steps()
         with timer("training"):
@@ -164,6 +177,11 @@ class Trainer:
         self.report(step, samples, metrics, timer.timings())
         self.phase = "idle"
         return new_state
+
+    def stop_if_requested(self) -> None:
+        """Raise `Preempted` at a point where the models are those of `self.state`."""
+        if self.stop():
+            raise Preempted(self.state.step)
 
     # --- stages ---------------------------------------------------------------------------
     def generate(self, step: int, items: list[Any]) -> list[Sample]:
@@ -338,7 +356,7 @@ class Trainer:
         self.cluster.load_checkpoint(str(latest.path))
         self.state = load_state(latest.path)
         self.kl = kl_controller(self.cfg.algorithm, self.state.kl_coef)
-        self.saved_step = self.state.step
+        self.saved_step = self.resumed_from = self.state.step
         # The engines still hold the initial weights: send them the restored ones.
         self.cluster.sync_weights()
 

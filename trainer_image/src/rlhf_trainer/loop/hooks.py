@@ -1,4 +1,5 @@
-"""The driver's I/O edges, built from the job: reward sources, checkpoints, reporting."""
+"""The driver's I/O edges, built from the job: reward sources and checkpoints (the runner
+builds the reporter, see `rlhf_trainer.runner.job.RunContext`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ from torch import Tensor
 
 from rlhf_trainer.checkpoint import CheckpointManager
 from rlhf_trainer.config import JobConfig
-from rlhf_trainer.reporting.reporter import Reporter, build_reporter
 from rlhf_trainer.rewards.sources import RewardSources
 
 from .batch import Sample
@@ -38,6 +38,9 @@ class SampleScorer:
             metrics["reward/agent"] = float(values[given].mean())
         return rewards, metrics
 
+    def start(self) -> None:
+        self.sources.start()
+
     def close(self) -> None:
         self.sources.close()
 
@@ -48,7 +51,3 @@ def open_scorer(cfg: JobConfig, base_dir: Path) -> SampleScorer:
 
 def open_checkpoints(root: Path, keep: int) -> CheckpointManager:
     return CheckpointManager(root, keep)
-
-
-def open_reporter(cfg: JobConfig, name: str, run_dir: Path) -> Reporter:
-    return build_reporter(cfg.logging, run_dir, config={"name": name, **cfg.to_manifest()})

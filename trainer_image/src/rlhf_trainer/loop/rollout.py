@@ -13,7 +13,8 @@ A user's agent file defines `AgentInstance` (one instance per episode):
             return {"reward": 1.0 or None, "feedback": "text for the next turn", "done": False}
 
 `response` is the text of the latest turn only. An episode ends when `done` is true, after
-`maxTurns` turns, or when the context would exceed the model's length.
+`maxTurns` turns, or when the context would exceed the model's length. A file that does not
+import, or agent code that raises, is `AgentError`: a fault of the job, not of the machine.
 """
 
 from __future__ import annotations
@@ -80,17 +81,35 @@ def single_turn(
     return samples
 
 
+class AgentError(RuntimeError):
+    """The user's agent failed: its file does not import or lacks `AgentInstance`, or its
+    code raised (the message names the method and keeps the user's error)."""
+
+
 def load_agent_class(path: Path) -> type:
     """`AgentInstance` from a user's Python file."""
     spec = importlib.util.spec_from_file_location(f"rlhf_agent_{path.stem}", path)
     if spec is None or spec.loader is None:
-        raise ValueError(f"rollout.agent.path: cannot import {path}")
+        raise AgentError(f"rollout.agent.path: cannot import {path}: not a Python file")
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as err:
+        raise AgentError(
+            f"rollout.agent.path: cannot import {path}: {type(err).__name__}: {err}"
+        ) from err
     cls = getattr(module, "AgentInstance", None)
     if not isinstance(cls, type):
-        raise ValueError(f"rollout.agent.path: {path} must define a class AgentInstance")
+        raise AgentError(f"rollout.agent.path: {path} must define a class AgentInstance")
     return cls
+
+
+def _agent_call(what: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """Call the user's agent code; its exceptions become `AgentError` naming the method."""
+    try:
+        return fn(*args)
+    except Exception as err:
+        raise AgentError(f"AgentInstance.{what} raised {type(err).__name__}: {err}") from err
 
 
 @dataclass
@@ -120,9 +139,9 @@ def multi_turn(
     episodes = []
     for p in prompts:
         for _ in range(n):
-            agent = agent_cls()
+            agent = _agent_call("__init__", agent_cls)
             if hasattr(agent, "reset"):
-                agent.reset(p.text, p.label)
+                _agent_call("reset", agent.reset, p.text, p.label)
             episodes.append(_Episode(p, agent, [], []))
     for turn in range(max_turns):
         active = [(i, e) for i, e in enumerate(episodes) if not e.done]
@@ -164,9 +183,11 @@ def _advance(
     episode.turns = turn + 1
     episode.finish_reason = reason
     text = tokenizer.decode(ids, skip_special_tokens=True)
-    result = episode.agent.step(episode.prompt.text, text, episode.prompt.label, turn)
+    result = _agent_call(
+        "step", episode.agent.step, episode.prompt.text, text, episode.prompt.label, turn
+    )
     if not isinstance(result, dict):
-        raise TypeError(
+        raise AgentError(
             "AgentInstance.step must return a dict with reward/feedback/done; "
             f"got {type(result).__name__}"
         )

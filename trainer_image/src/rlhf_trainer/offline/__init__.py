@@ -9,5 +9,5 @@ directly; this file imports nothing (no torch, no Ray):
 - `collate`: samples -> right-padded `[B, K, L]` tensors (pure).
 - `objectives`: sequence log-probs / scores and each trainer's loss and statistics (pure torch).
 - `driver`: the loop (reference log-probs one step ahead, update, checkpoint, report, export).
-- `run`: `run_offline(job, ...)`, the `rlhf run` entry for offline algorithms.
+- `train`: the offline train function `rlhf_trainer.runner` calls (model, data, ranks, driver).
 """

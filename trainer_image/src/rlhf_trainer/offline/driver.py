@@ -7,13 +7,14 @@ log-probs of step k+1 are requested before step k's update is awaited, so on sep
 the reference costs no step time. What a checkpoint needs of the driver is the step and the
 stream position (`TrainerState.data_position`); the ranks save weights, optimizer, scheduler
 and their RNG.
+
+A stop request (SIGTERM, see `rlhf_trainer.runner.preemption`) is honoured before a step's
+update: the step's batch (and the next one's reference log-probs, already on their way) are
+dropped, and `Preempted` takes the failure path, which checkpoints the last finished step.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -26,11 +27,13 @@ from rlhf_trainer.checkpoint import (
     TrainerState,
     load_rng_state,
     load_trainer_state,
+    publish_dir,
     save_rng_state,
     save_trainer_state,
 )
 from rlhf_trainer.config import JobConfig, ResumePolicy
 from rlhf_trainer.reporting.timing import StageTimer
+from rlhf_trainer.runner.preemption import Preempted, StopCheck, never
 
 from .collate import response_tokens
 
@@ -86,24 +89,6 @@ class Prepared:
     reference: Pending | None
 
 
-def publish_dir(write: Callable[[Path], None], final: Path) -> Path:
-    """Let `write(tmp)` fill a sibling temporary directory, then move it to `final` (replacing
-    an older one), so `final` is never seen half-written."""
-    tmp = final.with_name(f".tmp-{final.name}.{uuid.uuid4().hex[:8]}")
-    tmp.mkdir(parents=True)
-    try:
-        write(tmp)
-        if final.exists():
-            old = final.with_name(f".old-{final.name}.{uuid.uuid4().hex[:8]}")
-            os.rename(final, old)
-            shutil.rmtree(old, ignore_errors=True)
-        os.rename(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return final
-
-
 class OfflineTrainer:
     def __init__(
         self,
@@ -117,11 +102,13 @@ class OfflineTrainer:
         total_steps: int,
         export_dir: Path | None,
         tokenizer_dir: str,
+        stop: StopCheck = never,
     ) -> None:
         self.cfg, self.cluster, self.dataset, self.collate = cfg, cluster, dataset, collate
         self.checkpoints, self.reporter = checkpoints, reporter
         self.total_steps = total_steps
         self.export_dir, self.tokenizer_dir = export_dir, tokenizer_dir
+        self.stop = stop
         self.state = TrainerState()
         self.saved_step = -1
         self.resumed_from: int | None = None
@@ -166,6 +153,8 @@ class OfflineTrainer:
         if current.reference is not None:
             with timer("make_experience"):  # the paper's "log-probs" stage
                 tensors["ref_logps"] = current.reference.result()
+        if self.stop():  # the last point where the step leaves no trace
+            raise Preempted(state.step)
         self.phase = "training"
         with timer("training"):
             update = self.cluster.train(tensors, step)

@@ -9,6 +9,10 @@ The body is `rlhf_operator.api.v1alpha1.TrainerReport` in camelCase (this packag
 the operator, so the shape is written out here and a test checks it against that model).
 Patches go out at most every `min_interval` seconds (always for the final step and at close);
 an API error is logged and never stops training, and after one the reporter backs off.
+
+`report_outcome` writes `status.trainer.outcome` once, just before the trainer exits: the
+attempt (`RLHF_JOB_ATTEMPT`), the exit code, the failure class and the message, from which
+the operator decides whether to retry.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlhf_trainer.config.outcome import FailureClass
+
 from .base import StepReport
 
 log = logging.getLogger(__name__)
@@ -34,6 +40,8 @@ SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 API_GROUP, API_VERSION, PLURAL = "rlhf.dev", "v1alpha1", "rlhfjobs"
 MAX_CHECKPOINTS = 10
 MAX_BACKOFF = 300.0
+MAX_MESSAGE = 4096  # TrainerOutcome.message's bound in the CRD
+OUTCOME_TRIES = 3
 
 
 @dataclass(frozen=True)
@@ -100,6 +108,52 @@ def trainer_status(
     if report.eta_seconds is not None:
         body["etaSeconds"] = round(report.eta_seconds, 1)
     return body
+
+
+def job_attempt(env: Mapping[str, str] | None = None) -> int:
+    """`RLHF_JOB_ATTEMPT`, which the operator sets on every attempt's pods (0: the first)."""
+    env = os.environ if env is None else env
+    try:
+        return max(0, int(env.get("RLHF_JOB_ATTEMPT", "0")))
+    except ValueError:
+        return 0
+
+
+def outcome_status(
+    attempt: int, exit_code: int, failure_class: FailureClass | None, message: str
+) -> dict[str, Any]:
+    """The camelCase `status.trainer.outcome` body (pure); the message cut to the CRD's bound,
+    keeping its end, where the error is."""
+    if len(message) > MAX_MESSAGE:
+        message = "..." + message[-(MAX_MESSAGE - 3) :]
+    body: dict[str, Any] = {"attempt": attempt, "exitCode": exit_code, "message": message}
+    if failure_class is not None:
+        body["failureClass"] = failure_class.value
+    return body
+
+
+def report_outcome(
+    *,
+    exit_code: int,
+    failure_class: FailureClass | None,
+    message: str,
+    env: Mapping[str, str] | None = None,
+    retry_delay: float = 1.0,
+) -> bool:
+    """Merge-patch `status.trainer.outcome` of the RLHFJob this process runs (False: not on a
+    cluster, or the API did not take it). Tried a few times: the operator's retry decision
+    rests on it, but the process must still exit well within the pod's grace period."""
+    target = target_from_env(env)
+    if target is None:
+        return False
+    body = outcome_status(job_attempt(env), exit_code, failure_class, message)
+    reporter = KubeStatusReporter(target)
+    for attempt in range(OUTCOME_TRIES):
+        if attempt:
+            time.sleep(retry_delay * attempt)
+        if reporter.patch({"outcome": body}):
+            return True
+    return False
 
 
 class KubeStatusReporter:

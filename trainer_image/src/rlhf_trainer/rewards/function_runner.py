@@ -3,8 +3,12 @@
 A separate process (a plain subprocess, so it works the same from a script, a test or a Ray
 actor) means a reward function cannot hang or crash the driver: each call has a time limit,
 after which the worker is killed and a fresh one starts on the next call; an exception comes
-back as `RewardFunctionError` carrying the user's traceback; a worker that dies (segfault,
+back as `RewardFunctionCodeError` carrying the user's traceback; a worker that dies (segfault,
 `os._exit`, out of memory) is reported with its exit status and replaced on the next call.
+
+The error types say whose fault a failure is (the runner retries a job or not by them): the
+file (`RewardFunctionLoadError`) and the code (`RewardFunctionCodeError`) are the job's; a
+timeout or a dead process (`RewardFunctionTimeout`, `RewardFunctionError`) may be the machine's.
 """
 
 from __future__ import annotations
@@ -30,6 +34,14 @@ _STDERR_TAIL = 4000
 
 class RewardFunctionError(RuntimeError):
     """The reward function failed: it raised, returned bad values, timed out or crashed."""
+
+
+class RewardFunctionLoadError(RewardFunctionError):
+    """The file does not exist, does not import, or defines no `reward_func`."""
+
+
+class RewardFunctionCodeError(RewardFunctionError):
+    """The user's `reward_func` raised, or returned something that is not rewards."""
 
 
 class RewardFunctionTimeout(RewardFunctionError):
@@ -121,7 +133,7 @@ class RewardFunctionRunner:
     ) -> None:
         self.path = Path(path).resolve()
         if not self.path.is_file():
-            raise RewardFunctionError(f"reward function file {self.path} does not exist")
+            raise RewardFunctionLoadError(f"reward function file {self.path} does not exist")
         self.timeout = timeout_seconds
         self.start_timeout = start_timeout_seconds
         self._worker: _Worker | None = None
@@ -151,7 +163,9 @@ class RewardFunctionRunner:
         if reply is None or not reply.get("ready"):
             detail = reply.get("error", "") if reply else self._death(worker)
             self._discard()
-            raise RewardFunctionError(f"{self.name}: cannot load {self.path}:\n{detail}")
+            if reply is None:  # died while importing (killed, out of memory): not the file's fault
+                raise RewardFunctionError(f"{self.name}: cannot load {self.path}:\n{detail}")
+            raise RewardFunctionLoadError(f"{self.name}: cannot load {self.path}:\n{detail}")
 
     def __call__(
         self, queries: Sequence[str], prompts: Sequence[str], labels: Sequence[str | None]
@@ -180,13 +194,13 @@ class RewardFunctionRunner:
             self._discard()
             raise RewardFunctionError(f"{self.name}: the worker process died: {detail}")
         if not reply.get("ok"):
-            raise RewardFunctionError(
+            raise RewardFunctionCodeError(
                 f"{self.name} raised an exception:\n{reply.get('error', '').rstrip()}"
             )
         try:
             return parse_reward_output(reply["result"], len(queries), self.name)
         except RewardOutputError as err:
-            raise RewardFunctionError(str(err)) from err
+            raise RewardFunctionCodeError(str(err)) from err
 
     def _death(self, worker: _Worker) -> str:
         try:

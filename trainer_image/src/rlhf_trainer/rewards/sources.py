@@ -17,7 +17,7 @@ from torch import Tensor
 from rlhf_trainer.config import ModelsConfig, RewardFunction
 
 from .builtin import BuiltinRewardFunction
-from .function_runner import RewardFunctionRunner
+from .function_runner import RewardFunctionLoadError, RewardFunctionRunner
 from .output import RewardResult, combine_rewards
 from .remote import RemoteRewardClient
 
@@ -53,7 +53,7 @@ def build_reward_function(
         raise ValueError("rewardFunction needs path, configMapRef or builtin")
     mounted = mount_dir / ref.key
     if not mounted.is_file():
-        raise FileNotFoundError(
+        raise RewardFunctionLoadError(
             f"models.rewardFunction.configMapRef ({ref.name}/{ref.key}) is mounted by the "
             f"operator at {mounted} on a cluster, and it is not there; to run locally, use "
             "rewardFunction.path instead"
@@ -77,6 +77,12 @@ class RewardSources:
             self.remote = RemoteRewardClient.from_config(models.remote_reward)
             self.remote_weight = models.remote_reward.weight
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="reward")
+
+    def start(self) -> None:
+        """Load the reward function file now (in its worker process), so that one which does
+        not import fails the job before its cluster starts, not at the first step's scores."""
+        if isinstance(self.function, RewardFunctionRunner):
+            self.function.start()
 
     def score(
         self,

@@ -1,0 +1,94 @@
+"""The offline train function (`rlhf_trainer.runner` dispatches SFT, reward model, DPO, IPO,
+cDPO and KTO here): resolve the models and the data set, place the ranks, and run the loop.
+The runner owns directories, errors, exit codes and teardown.
+
+Outputs under the run directory: `metrics.jsonl`, `tensorboard/`, `checkpoints/step-N/`
+(unless `checkpoint.dir` says otherwise) and `final/`, the trained model in HF format.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from rlhf_trainer.config import JobConfig
+from rlhf_trainer.runner.job import RunContext, RunFailed, RunResult, total_steps
+from rlhf_trainer.runner.preemption import Preempted
+
+from .kinds import OfflineSpec, TrainerKind, offline_spec
+
+
+def load_dataset(spec: OfflineSpec, cfg: JobConfig, tokenizer: Any, base_dir: Path) -> Any:
+    from rlhf_trainer.data.offline import load_kto, load_preferences, load_sft
+
+    loader = {
+        TrainerKind.SFT: load_sft,
+        TrainerKind.REWARD_MODEL: load_preferences,
+        TrainerKind.PREFERENCE: load_preferences,
+        TrainerKind.KTO: load_kto,
+    }[spec.kind]
+    return loader(cfg.data, tokenizer, base_dir, cfg.training.seed)
+
+
+def train_offline(ctx: RunContext) -> RunResult:
+    import torch
+
+    from rlhf_trainer.checkpoint import CheckpointManager
+    from rlhf_trainer.distributed.cluster import shutdown_ray
+    from rlhf_trainer.distributed.workers.offline import OfflineCluster
+    from rlhf_trainer.models.loading import load_tokenizer, model_cache_dir, resolve_model_dir
+
+    from .collate import collate
+    from .driver import OfflineTrainer
+
+    cfg, base = ctx.cfg, ctx.base_dir
+    spec = offline_spec(cfg)
+    torch.manual_seed(cfg.training.seed)
+    cache = model_cache_dir()
+    model_dir = resolve_model_dir(cfg.models.actor, cache, spec.model_kind, base)
+    reference_dir = None
+    if spec.needs_reference:
+        reference_dir = resolve_model_dir(cfg.models.resolved_reference(), cache, "causal-lm", base)
+    tokenizer = load_tokenizer(model_dir)
+    dataset = load_dataset(spec, cfg, tokenizer, base)
+    steps = total_steps(cfg, len(dataset))
+    collate_fn = partial(
+        collate, spec=spec, pad_id=int(tokenizer.pad_token_id), max_length=cfg.data.max_length
+    )
+    checkpoints = CheckpointManager(ctx.dirs.checkpoints, cfg.checkpoint.keep)
+    reporter = ctx.reporter()
+    if ctx.stop():  # stopped while loading: nothing to save, and no cluster to start
+        raise Preempted(0)
+    ctx.on_close(shutdown_ray)
+    cluster = OfflineCluster(cfg, model_dir, reference_dir, total_optimizer_steps=steps)
+    ctx.on_close(cluster.shutdown)
+    trainer = OfflineTrainer(
+        cfg,
+        cluster,
+        dataset,
+        collate_fn,
+        checkpoints=checkpoints,
+        reporter=reporter,
+        total_steps=steps,
+        export_dir=ctx.dirs.final,
+        tokenizer_dir=model_dir,
+        stop=ctx.stop,
+    )
+    try:
+        state = trainer.fit()
+    except BaseException as err:
+        latest = checkpoints.latest()
+        raise RunFailed(
+            err, trainer.state.step, trainer.failure_checkpoint, latest.path if latest else None
+        ) from err
+    latest = checkpoints.latest()
+    exported = ctx.dirs.final if cfg.checkpoint.export_hf and ctx.dirs.final.exists() else None
+    return RunResult(
+        ctx.name,
+        ctx.dirs,
+        state.step,
+        trainer.resumed_from,
+        latest.path if latest else None,
+        exported,
+    )

@@ -1,0 +1,180 @@
+"""What every run needs before and around its training, online or offline: the one job of a
+file, its directories and paths, its step count, the errors that end it, and `RunContext`,
+what the runner hands a train function.
+
+Light on purpose (no torch, no Ray): the train functions and the runner both import it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rlhf_trainer.config import JobConfig, LoadedJob, load_file
+
+from .preemption import StopCheck, never
+
+if TYPE_CHECKING:
+    from rlhf_trainer.reporting.reporter import Reporter
+
+log = logging.getLogger(__name__)
+
+CHECKPOINTS_DIR = "checkpoints"
+FINAL_DIR = "final"
+
+
+class JobError(RuntimeError):
+    """The job cannot run as written (the message names the field and says why). A retry
+    cannot fix it: the runner exits with `ExitCode.INVALID`."""
+
+
+class RunFailed(RuntimeError):
+    """Training stopped with `cause` after `completed_steps`; `checkpoint` is the one written
+    after the failure (None when none was: nothing new, or the models were not in one state),
+    `latest` the newest complete checkpoint, the state a resume continues from."""
+
+    def __init__(
+        self,
+        cause: BaseException,
+        completed_steps: int,
+        checkpoint: Path | None,
+        latest: Path | None,
+    ) -> None:
+        super().__init__(str(cause))
+        self.cause, self.completed_steps = cause, completed_steps
+        self.checkpoint, self.latest = checkpoint, latest
+
+
+def select_job(path: Path) -> tuple[LoadedJob, JobConfig]:
+    """The one valid job of `path` and its config; `JobError` listing every problem otherwise."""
+    jobs = load_file(path)
+    problems = [f"{path}: {p}" for job in jobs for p in job.problems]
+    if problems:
+        raise JobError("\n".join(problems))
+    if len(jobs) != 1:
+        names = ", ".join(j.name for j in jobs)
+        raise JobError(f"{path}: holds {len(jobs)} jobs ({names}); `rlhf run` runs one per file")
+    config = jobs[0].config
+    if config is None:  # a valid document always has a config
+        raise JobError(f"{path}: no job config")
+    return jobs[0], config
+
+
+def resolve_path(value: str, base_dir: Path, field: str) -> Path:
+    """A path of the job (relative: to the job file's directory) that must exist."""
+    path = Path(value).expanduser()
+    if not path.is_absolute():
+        path = base_dir / path
+    if not path.exists():
+        raise JobError(f"{field}: {value!r} does not exist (resolved to {path})")
+    return path.resolve()
+
+
+@dataclass(frozen=True)
+class RunDirs:
+    run: Path  # metrics.jsonl, tensorboard/, final/
+    checkpoints: Path
+
+    @property
+    def final(self) -> Path:
+        """The trained model(s) in Hugging Face format, published whole at the end."""
+        return self.run / FINAL_DIR
+
+
+def run_dirs(
+    cfg: JobConfig, *, name: str, base_dir: Path, run_dir: Path | None, cwd: Path | None = None
+) -> RunDirs:
+    """Where a run writes, as absolute paths.
+
+    The run directory is `--run-dir`, else `runs/<name>`; both are command-line paths, so a
+    relative one is read against the current directory. `checkpoint.dir` is a path of the job,
+    so, like every other path in it (models, data, reward function), a relative one is read
+    against the job file's directory: the same file checkpoints to the same place wherever it
+    is run from. Without it, checkpoints go to `<run dir>/checkpoints`.
+    """
+    here = Path.cwd() if cwd is None else cwd
+    run = here / (run_dir if run_dir is not None else Path("runs") / name)
+    checkpoints = run / CHECKPOINTS_DIR
+    if cfg.checkpoint.dir:
+        checkpoints = base_dir / Path(cfg.checkpoint.dir).expanduser()
+    return RunDirs(run.absolute(), checkpoints.absolute())
+
+
+def total_steps(cfg: JobConfig, items: int) -> int:
+    """`training.maxSteps`, else the full batches in the data's passes: online, `items` prompts
+    x `numEpisodes` / `rolloutBatchSize`; offline, `items` samples x `epochs` /
+    `trainBatchSize`. A last partial batch is dropped (it would bias a step's statistics)."""
+    t = cfg.training
+    if t.max_steps is not None:
+        return t.max_steps
+    if cfg.algorithm.name.is_online:
+        passes, batch = (t.num_episodes, "episodes"), (t.rollout_batch_size, "rolloutBatchSize")
+        what = "prompts"
+    else:
+        passes, batch, what = (
+            (t.epochs, "epochs"),
+            (t.train_batch_size, "trainBatchSize"),
+            "samples",
+        )
+    steps = items * passes[0] // batch[0]
+    if steps < 1:
+        raise JobError(
+            f"training.{batch[1]} ({batch[0]}) is larger than the data ({items} {what} x "
+            f"{passes[0]} {passes[1]}): not one full step; lower it or add data"
+        )
+    return steps
+
+
+@dataclass(frozen=True)
+class RunResult:
+    name: str
+    dirs: RunDirs
+    steps: int
+    resumed_from: int | None  # the checkpoint's step the run continued from
+    checkpoint: Path | None  # the newest complete checkpoint
+    exported: Path | None  # the final HF model, when written
+
+
+@dataclass
+class RunContext:
+    """What the runner hands a train function: the job (command-line overrides applied), where
+    it writes, how it learns of a stop request, and where it registers its teardown."""
+
+    cfg: JobConfig
+    name: str
+    base_dir: Path  # the job file's directory: relative paths of the job start here
+    dirs: RunDirs
+    stop: StopCheck = never
+    _closers: ExitStack = field(default_factory=ExitStack, repr=False)
+    _reporter: Reporter | None = field(default=None, repr=False)
+
+    def on_close(self, fn: Callable[[], object]) -> None:
+        """Run `fn` at teardown, whatever the outcome (last registered, first run). Teardown
+        is best effort: an error is logged, and the next closer still runs."""
+        self._closers.callback(_quietly, fn)
+
+    def reporter(self) -> Reporter:
+        """The run's reporter (console, metrics.jsonl, TensorBoard, W&B, the RLHFJob status),
+        built on first use, so a job that fails while loading leaves no empty logs behind."""
+        if self._reporter is None:
+            from rlhf_trainer.reporting.reporter import build_reporter
+
+            self.dirs.run.mkdir(parents=True, exist_ok=True)
+            manifest = {"name": self.name, **self.cfg.to_manifest()}
+            self._reporter = build_reporter(self.cfg.logging, self.dirs.run, config=manifest)
+            self.on_close(self._reporter.close)
+        return self._reporter
+
+    def close(self) -> None:
+        self._closers.close()
+
+
+def _quietly(fn: Callable[[], object]) -> None:
+    try:
+        fn()
+    except Exception:
+        log.exception("teardown step %s failed; continuing", getattr(fn, "__qualname__", fn))

@@ -1,0 +1,158 @@
+"""`rlhf run FILE`: one job on this machine (local Ray) or inside a RayJob (the cluster's Ray).
+
+    code = run_from_cli(Path("job.yaml"), resume=None, max_steps=None, run_dir=None)
+
+Selects the job, resolves its directories, dispatches to the train function of its algorithm
+(online: `loop.train`, offline: `offline.train`) with SIGTERM turned into a stop request, and
+turns however it ends into one message, one exit code (`ExitCode`) and, on a cluster, the
+outcome on the RLHFJob's status (`status.trainer.outcome`), which tells the operator whether
+a retry can help. Set `RLHF_TRACEBACK=1` for the full traceback of a failure.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+from rlhf_trainer.config import JobConfig
+from rlhf_trainer.config.outcome import ExitCode, FailureClass
+
+from .job import JobError, RunContext, RunFailed, RunResult, run_dirs, select_job
+from .outcome import classify, exit_code, explain
+from .preemption import Preempted, StopCheck, StopOnSignal, never
+
+log = logging.getLogger(__name__)
+
+TrainFn = Callable[[RunContext], RunResult]
+PREFIX = "rlhf run"
+
+
+def train_function(cfg: JobConfig) -> TrainFn:
+    """The online loop (rollouts, rewards, policy updates) or the offline one (a fixed data set)."""
+    if cfg.algorithm.name.is_online:
+        from rlhf_trainer.loop.train import train_online
+
+        return train_online
+    from rlhf_trainer.offline.train import train_offline
+
+    return train_offline
+
+
+def run_job(
+    cfg: JobConfig,
+    *,
+    name: str,
+    base_dir: Path,
+    run_dir: Path | None = None,
+    stop: StopCheck = never,
+) -> RunResult:
+    """Train `cfg` and tear everything down, whatever happens; raises what the train function
+    raised (`RunFailed` once training began). `base_dir`: where the job's relative paths start."""
+    dirs = run_dirs(cfg, name=name, base_dir=base_dir, run_dir=run_dir)
+    context = RunContext(cfg, name, base_dir, dirs, stop)
+    try:
+        return train_function(cfg)(context)
+    finally:
+        context.close()
+
+
+def run_from_cli(
+    path: Path, *, resume: str | None, max_steps: int | None, run_dir: Path | None
+) -> int:
+    """`rlhf run FILE`: run the one job of `path`; the process exit code."""
+    try:
+        job, config = select_job(path)
+    except JobError as err:
+        return finish(err)
+    name = job.name
+    if not job.is_manifest:  # in a RayJob the file is job.yaml: the operator names the run
+        name = os.environ.get("RLHF_JOB_NAME", name)
+    return run_config(
+        config,
+        name=name,
+        base_dir=job.base_dir,
+        run_dir=run_dir,
+        resume=resume,
+        max_steps=max_steps,
+    )
+
+
+def run_config(
+    config: JobConfig,
+    *,
+    name: str,
+    base_dir: Path,
+    run_dir: Path | None = None,
+    resume: str | None = None,
+    max_steps: int | None = None,
+) -> int:
+    """Run one job config (command-line overrides `resume`, `max_steps`) with SIGTERM as a
+    stop request; print how it ended, report it on the RLHFJob, return the exit code."""
+    started = time.time()
+    try:
+        try:
+            cfg = config.with_overrides(resume=resume, max_steps=max_steps)
+        except ValueError as err:  # pydantic's ValidationError: an override the rules refuse
+            raise JobError(f"--resume/--max-steps: {err}") from err
+        with StopOnSignal() as stop:
+            result = run_job(cfg, name=name, base_dir=base_dir, run_dir=run_dir, stop=stop)
+    except (Exception, KeyboardInterrupt) as err:
+        return finish(err)
+    minutes = (time.time() - started) / 60
+    resumed = f" (resumed at step {result.resumed_from})" if result.resumed_from else ""
+    exported = f"; model in {result.exported}" if result.exported else ""
+    message = (
+        f"{name} finished {result.steps} steps{resumed} in {minutes:.1f} min; "
+        f"outputs in {result.dirs.run}{exported}"
+    )
+    report_outcome(ExitCode.SUCCEEDED, None, message)
+    print(f"{PREFIX}: {message}", file=sys.stderr)
+    return int(ExitCode.SUCCEEDED)
+
+
+def finish(err: BaseException) -> int:
+    """The end of a failed run: message, outcome on the RLHFJob, exit code."""
+    code, message = exit_code(err), failure_message(err)
+    report_outcome(code, classify(err), message)
+    print(f"{PREFIX}: {message}", file=sys.stderr)
+    if os.environ.get("RLHF_TRACEBACK") and not isinstance(err, JobError):
+        traceback.print_exception(err.cause if isinstance(err, RunFailed) else err)
+    return int(code)
+
+
+def failure_message(err: BaseException) -> str:
+    """One line (a `JobError` may list several problems): what happened, after how many
+    steps, and which checkpoint a resume continues from."""
+    if not isinstance(err, RunFailed):
+        if isinstance(err, KeyboardInterrupt):
+            return "interrupted"
+        return str(err) if isinstance(err, JobError) else explain(err)
+    where = f"after {err.completed_steps} completed steps"
+    if err.checkpoint:
+        saved = f"; final checkpoint: {err.checkpoint}"
+    elif err.latest:
+        saved = f"; no final checkpoint (models not in a consistent state); last: {err.latest}"
+        if isinstance(err.cause, Preempted | KeyboardInterrupt):  # stopped, not broken
+            saved = f"; last checkpoint: {err.latest}"
+    else:
+        saved = "; no checkpoint"
+    if isinstance(err.cause, Preempted):
+        return f"preempted (SIGTERM) {where}{saved}; a resume (--resume auto) continues there"
+    if isinstance(err.cause, KeyboardInterrupt):
+        return f"interrupted {where}{saved}"
+    return f"failed {where}: {explain(err.cause)}{saved}"
+
+
+def report_outcome(code: ExitCode, failure: FailureClass | None, message: str) -> None:
+    """`status.trainer.outcome` of the RLHFJob this run is (none: a local run)."""
+    from rlhf_trainer.reporting.kube import report_outcome as send
+
+    try:
+        send(exit_code=int(code), failure_class=failure, message=message)
+    except Exception:  # the exit code still tells the operator; never mask the run's own end
+        log.exception("could not report the outcome on the RLHFJob")

@@ -1,0 +1,139 @@
+"""How a run ended: its failure class (retry or not), its exit code and the message to read.
+
+`classify` decides by exception type, after unwrapping the runner's `RunFailed` and Ray's task
+errors, whether a retry can help:
+
+- `InvalidSpec` (exit 78, no retry): the job as written cannot run. The spec (`JobError`), the
+  data (`DataLoadError`: a missing file or key, no rows, bad JSON), the models
+  (`ModelLoadError`: not found, not loadable), the user's code (`RewardFunctionLoadError`: the
+  reward function file is missing, does not import or lacks `reward_func`;
+  `RewardFunctionCodeError`: it raised or returned something that is not rewards;
+  `AgentError`: the multi-turn agent file does not import, or its code raised).
+- `Preempted` (exit 75, retried without counting against backoffLimit): SIGTERM stopped the
+  run at a step boundary, or Ray reports that a node was preempted under an actor.
+- `Infrastructure` (exit 1, retried within backoffLimit): everything else: a rank or a node
+  lost, an OOM kill, a reward function that timed out or whose process died, a remote reward
+  service that does not answer, a diverged run (NaN/inf: a faulty device produces those too,
+  and the retry resumes from the last good checkpoint), an error nobody anticipated.
+
+User code that raises in the middle of training (a reward function at step 7) is
+`InvalidSpec`: it is a bug in the job, and the retry would replay the same prompts from the
+same checkpoint (exactly so in deterministic mode) into the same bug, burning the GPUs of every
+retry first. A model or data set that cannot be fetched because the network failed under it
+(the Hub's connection errors in the cause chain) is no fault of the spec: `Infrastructure`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import sys
+from collections.abc import Iterator
+from functools import cache
+
+from rlhf_trainer.config.outcome import ExitCode, FailureClass
+
+from .job import JobError, RunFailed
+from .preemption import Preempted
+
+
+def unwrap(err: BaseException) -> BaseException:
+    """The exception that ended the run: the cause of a `RunFailed`, out of Ray's wrapper."""
+    if isinstance(err, RunFailed):
+        err = err.cause
+    # Only an error from a Ray call can be Ray's, and those exist only once Ray is imported:
+    # a job refused before training never pays for importing Ray here.
+    if "ray" in sys.modules:
+        from rlhf_trainer.distributed.cluster import unwrap_error
+
+        err = unwrap_error(err)
+    return err
+
+
+def classify(err: BaseException) -> FailureClass:
+    """Whether a retry can help (see the module's docstring for the table and the reasons)."""
+    inner = unwrap(err)
+    if isinstance(inner, Preempted) or getattr(inner, "preempted", False) is True:
+        # The second test: Ray's RayActorError.preempted, an actor lost with a preempted node.
+        return FailureClass.PREEMPTED
+    if isinstance(inner, _invalid_spec_errors()) and not _network_failure(inner):
+        return FailureClass.INVALID_SPEC
+    return FailureClass.INFRASTRUCTURE
+
+
+def exit_code(err: BaseException) -> ExitCode:
+    inner = err.cause if isinstance(err, RunFailed) else err
+    if isinstance(inner, KeyboardInterrupt):
+        return ExitCode.INTERRUPTED
+    return classify(err).exit_code
+
+
+def explain(err: BaseException) -> str:
+    """The error a user should read: the original exception, unwrapped from Ray's, with a
+    traceback (from a rank or a reward function's process) cut to its first and last lines:
+    what failed, and the exception that made it fail."""
+    inner = unwrap(err)
+    name = type(inner).__name__
+    lines = [ln.strip() for ln in str(inner).splitlines() if ln.strip()] or [name]
+    text = lines[0]
+    if len(lines) > 1:
+        text = f"{lines[0]} ... {lines[-1]}"
+    return text if text.startswith(name) else f"{name}: {text}"
+
+
+@cache
+def _invalid_spec_errors() -> tuple[type[BaseException], ...]:
+    # Imported when a run failed, not before: `rlhf run` of a file it refuses stays fast, and
+    # by the time one of these can be raised its module is loaded anyway.
+    from rlhf_trainer.data.sources import DataLoadError
+    from rlhf_trainer.loop.rollout import AgentError
+    from rlhf_trainer.models.loading import ModelLoadError
+    from rlhf_trainer.rewards.function_runner import (
+        RewardFunctionCodeError,
+        RewardFunctionLoadError,
+    )
+
+    return (
+        JobError,
+        DataLoadError,
+        ModelLoadError,
+        RewardFunctionLoadError,
+        RewardFunctionCodeError,
+        AgentError,
+    )
+
+
+def _causes(err: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def _network_failure(err: BaseException) -> bool:
+    """Did a connection fail or time out under `err` (a Hub download)? The Hub's offline mode
+    is a ConnectionError too, but retrying it cannot help: the files are not in the cache."""
+    network, offline = _network_errors()
+    return any(isinstance(e, network) and not isinstance(e, offline) for e in _causes(err))
+
+
+@cache
+def _network_errors() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
+    network: list[type[BaseException]] = [ConnectionError, TimeoutError]
+    offline: list[type[BaseException]] = []
+    # The HTTP clients under the Hub and `datasets`, where installed; their transport errors
+    # are not the builtin ones.
+    for module, names in (
+        ("httpx2", ("TransportError",)),
+        ("httpx", ("TransportError",)),
+        ("requests", ("ConnectionError", "Timeout")),
+    ):
+        with contextlib.suppress(ImportError):
+            network += [getattr(importlib.import_module(module), n) for n in names]
+    with contextlib.suppress(ImportError):
+        from huggingface_hub.errors import OfflineModeIsEnabled
+
+        offline.append(OfflineModeIsEnabled)
+    return tuple(network), tuple(offline)
