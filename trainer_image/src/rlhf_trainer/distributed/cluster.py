@@ -111,7 +111,9 @@ def _keep_sigterm_handler() -> Iterator[None]:
     try:
         yield
     finally:
-        if previous is not None:
+        # Only a handler someone installed on purpose; else Ray's (exit through atexit, which
+        # shuts Ray down) beats the default (die on the spot).
+        if callable(previous):
             signal.signal(signal.SIGTERM, previous)
 
 
