@@ -44,6 +44,15 @@ class EventReason(StrEnum):
     DEADLINE_EXCEEDED = "DeadlineExceeded"
     RAY_JOB_MISSING = "RayJobMissing"
     TTL_EXPIRED = "TTLExpired"
+    CHILD_APPLY_FAILED = "ChildApplyFailed"
+    CHILDREN_APPLIED = "ChildrenApplied"
+    UNSCHEDULABLE = "Unschedulable"
+    IMAGE_PULL_FAILED = "ImagePullFailed"
+    CONTAINER_CONFIG_ERROR = "ContainerConfigError"
+    CONTAINER_CRASH_LOOPING = "ContainerCrashLooping"
+    STARTUP_TIMEOUT = "StartupTimeout"
+    NOT_RETRYABLE = "NotRetryable"
+    PREEMPTED = "Preempted"
 
 
 @dataclass(frozen=True)
@@ -98,11 +107,48 @@ _ANNOUNCED: dict[
         EventType.WARNING,
         EventReason.DEADLINE_EXCEEDED,
     ),
+    (ConditionType.FAILED, _T, _R.STARTUP_TIMEOUT): (
+        EventType.WARNING,
+        EventReason.STARTUP_TIMEOUT,
+    ),
+    (ConditionType.FAILED, _T, _R.NOT_RETRYABLE): (EventType.WARNING, EventReason.NOT_RETRYABLE),
+    (ConditionType.RESTARTED, _T, _R.PREEMPTED): (EventType.NORMAL, EventReason.PREEMPTED),
     (ConditionType.RESTARTED, _T, None): (EventType.WARNING, EventReason.RETRYING),
+    (ConditionType.CHILDREN_APPLIED, _F, None): (
+        EventType.WARNING,
+        EventReason.CHILD_APPLY_FAILED,
+    ),
+    # Why the pods of a starting attempt do not run (the scheduler's or kubelet's words).
+    (ConditionType.CLUSTER_READY, _F, _R.UNSCHEDULABLE): (
+        EventType.WARNING,
+        EventReason.UNSCHEDULABLE,
+    ),
+    (ConditionType.CLUSTER_READY, _F, _R.IMAGE_PULL_FAILED): (
+        EventType.WARNING,
+        EventReason.IMAGE_PULL_FAILED,
+    ),
+    (ConditionType.CLUSTER_READY, _F, _R.CONTAINER_CONFIG_ERROR): (
+        EventType.WARNING,
+        EventReason.CONTAINER_CONFIG_ERROR,
+    ),
+    (ConditionType.CLUSTER_READY, _F, _R.CONTAINER_CRASH_LOOPING): (
+        EventType.WARNING,
+        EventReason.CONTAINER_CRASH_LOOPING,
+    ),
 }
 
-# Conditions whose message carries news on its own (a new checkpoint, another restart).
-_MESSAGE_IS_NEWS = {ConditionType.CHECKPOINTED, ConditionType.RESTARTED}
+# Conditions whose message carries news on its own (a new checkpoint, another restart, a
+# different child refused).
+_MESSAGE_IS_NEWS = {
+    ConditionType.CHECKPOINTED,
+    ConditionType.RESTARTED,
+    ConditionType.CHILDREN_APPLIED,
+}
+# Conditions whose True state is news only when it recovers from False.
+_RECOVERIES = {
+    ConditionType.VALID: (EventReason.SPEC_VALID, "spec is valid"),
+    ConditionType.CHILDREN_APPLIED: (EventReason.CHILDREN_APPLIED, "every child applied"),
+}
 
 
 def _announcement(condition: Condition) -> tuple[EventType, EventReason] | None:
@@ -120,10 +166,10 @@ def transition_events(previous: RLHFJobStatus | None, current: RLHFJobStatus) ->
         news = condition.type in _MESSAGE_IS_NEWS and old is not None
         if not changed and not (news and old is not None and old.message != condition.message):
             continue
-        if condition.type is ConditionType.VALID and condition.status is _T:
-            # "Valid" is only news when it recovers from an invalid spec.
+        recovery = _RECOVERIES.get(condition.type)
+        if recovery is not None and condition.status is _T:
             if old is not None and old.status is _F:
-                events.append(Event(EventType.NORMAL, EventReason.SPEC_VALID, "spec is valid"))
+                events.append(Event(EventType.NORMAL, *recovery))
             continue
         announced = _announcement(condition)
         if announced is not None:

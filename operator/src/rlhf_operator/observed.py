@@ -1,8 +1,9 @@
 """What the operator observed about an RLHFJob's world, as plain immutable values.
 
-RayJobs come from the watch (a kopf index); missing dependencies and foreign-owned children
-from the operator's last checks. `compute_status` and `decide` read only these values, so they
-stay pure and testable with tables.
+RayJobs come from the watch (a kopf index); missing dependencies, foreign-owned children,
+children the API server refused and the pods of a starting attempt from the operator's last
+checks. `compute_status` and `decide` read only these values, so they stay pure and testable
+with tables.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ class RayJobObservation:
     deleting: bool = False
     # The RayCluster as KubeRay mirrors it into the RayJob (status.rayClusterStatus).
     cluster_state: str | None = None
+    cluster_reason: str | None = None
     ready_workers: int | None = None
     desired_workers: int | None = None
 
@@ -96,6 +98,7 @@ class RayJobObservation:
             end_time=status.get("endTime"),
             deleting=bool(meta.get("deletionTimestamp")),
             cluster_state=cluster.get("state"),
+            cluster_reason=cluster.get("reason"),
             ready_workers=cluster.get("readyWorkerReplicas"),
             desired_workers=cluster.get("desiredWorkerReplicas"),
         )
@@ -119,6 +122,17 @@ class RayJobObservation:
         )
 
     @property
+    def starting(self) -> bool:
+        """Not suspended, not running, not finished: its pods are expected to come up."""
+        done = {
+            DeploymentStatus.RUNNING,
+            DeploymentStatus.COMPLETE,
+            DeploymentStatus.FAILED,
+            DeploymentStatus.VALIDATION_FAILED,
+        }
+        return not self.suspend and not self.deleting and self.deployment_status not in done
+
+    @property
     def cluster_progress(self) -> str:
         """`Ray cluster x: 1/2 workers ready` (as far as KubeRay has reported)."""
         name = self.cluster_name or "(not created yet)"
@@ -132,6 +146,89 @@ class RayJobObservation:
         return ": ".join(parts) or f"job status {self.job_status or 'unknown'}"
 
 
+class PodTrouble(StrEnum):
+    """Why a pod of a starting attempt does not run, as the kubelet and scheduler say it."""
+
+    UNSCHEDULABLE = "Unschedulable"
+    IMAGE_PULL = "ImagePull"
+    CONFIG = "Config"
+    CRASH_LOOP = "CrashLoop"
+
+
+_WAITING_TROUBLE = {
+    "ErrImagePull": PodTrouble.IMAGE_PULL,
+    "ImagePullBackOff": PodTrouble.IMAGE_PULL,
+    "InvalidImageName": PodTrouble.IMAGE_PULL,
+    "ErrImageNeverPull": PodTrouble.IMAGE_PULL,
+    # A missing Secret or ConfigMap (key) named in env/envFrom, or a bad container config.
+    "CreateContainerConfigError": PodTrouble.CONFIG,
+    "CreateContainerError": PodTrouble.CONFIG,
+    "RunContainerError": PodTrouble.CONFIG,
+    "CrashLoopBackOff": PodTrouble.CRASH_LOOP,
+}
+
+
+@dataclass(frozen=True)
+class PodProblem:
+    trouble: PodTrouble
+    # "Unschedulable: 0/4 nodes are available: 4 Insufficient nvidia.com/gpu."
+    message: str
+
+
+@dataclass(frozen=True)
+class PodObservation:
+    name: str
+    phase: str = ""
+    problems: tuple[PodProblem, ...] = ()
+
+    @classmethod
+    def from_object(cls, obj: Mapping[str, Any]) -> PodObservation:
+        status = obj.get("status") or {}
+        problems: list[PodProblem] = []
+        for cond in status.get("conditions") or []:
+            if (cond.get("type"), cond.get("status")) == ("PodScheduled", "False") and cond.get(
+                "reason"
+            ) == "Unschedulable":
+                text = f"Unschedulable: {cond.get('message') or 'no node fits'}"
+                problems.append(PodProblem(PodTrouble.UNSCHEDULABLE, text))
+        containers = [*(status.get("initContainerStatuses") or [])]
+        containers += status.get("containerStatuses") or []
+        for container in containers:
+            waiting = (container.get("state") or {}).get("waiting") or {}
+            trouble = _WAITING_TROUBLE.get(str(waiting.get("reason")))
+            if trouble is not None:
+                detail = f": {waiting['message']}" if waiting.get("message") else ""
+                text = f"container {container.get('name')}: {waiting['reason']}{detail}"
+                problems.append(PodProblem(trouble, text))
+        return cls(
+            name=str((obj.get("metadata") or {}).get("name", "")),
+            phase=str(status.get("phase") or ""),
+            problems=tuple(problems),
+        )
+
+
+@dataclass(frozen=True)
+class ApplyFailure:
+    """The API server refused to create or update a child."""
+
+    kind: str
+    name: str
+    code: int
+    reason: str  # the Status reason: NotFound, Forbidden, Invalid, ...
+    message: str  # the API server's own words
+
+    @property
+    def summary(self) -> str:
+        """`RayJob x-r0: HTTP 404 NotFound: ...`, with a hint where the cause is well known."""
+        text = f"{self.kind} {self.name}: HTTP {self.code} {self.reason}: {self.message}"
+        if self.code == 404 and "could not find the requested resource" in self.message:
+            # A 404 for a collection: the API (a CRD) is not installed, not a missing object.
+            if self.kind == "RayJob":
+                return f"{text} (is KubeRay installed? the ray.io/v1 RayJob CRD is missing)"
+            return f"{text} (the {self.kind} API is not served)"
+        return text
+
+
 @dataclass(frozen=True)
 class Observed:
     """The RayJobs of one RLHFJob (every attempt still around), plus what blocks it."""
@@ -141,6 +238,10 @@ class Observed:
     missing_dependencies: tuple[str, ...] = ()
     # Children with our names that another controller owns.
     conflicts: tuple[str, ...] = ()
+    # Children the API server refused on the last try (retried with backoff).
+    apply_failures: tuple[ApplyFailure, ...] = ()
+    # The pods of the current attempt while it starts (listed at most every few seconds).
+    pods: tuple[PodObservation, ...] = ()
 
     @classmethod
     def of(cls, ray_jobs: Iterable[Mapping[str, Any]], **kwargs: Any) -> Observed:

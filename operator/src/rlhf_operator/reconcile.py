@@ -17,14 +17,21 @@ from pydantic import ValidationError
 from rlhf_trainer.config import JobSpec, validation_messages
 from rlhf_trainer.config.loading import NAME_MAX_LENGTH, NAME_PATTERN
 
-from .api.v1alpha1 import ConditionReason, ConditionType, RLHFJob, RLHFJobStatus, TrainerReport
+from .api.v1alpha1 import (
+    ConditionReason,
+    ConditionType,
+    Phase,
+    RLHFJob,
+    RLHFJobStatus,
+    TrainerReport,
+)
 from .builders.children import render_children
 from .builders.common import JSON, BuildError, trainer_image
 from .events import Event, transition_events
 from .observed import Observed
 from .placement import PlacementError, plan
 from .settings import OperatorSettings
-from .status import compute_status, invalid_status, is_finished, parse_time
+from .status import STOPPING_FAILURES, evaluate, invalid_status, is_finished, parse_time
 
 # Paths inside a RayJob that another controller owns while the job waits in a Kueue queue.
 SUSPEND_PATH = ("spec", "suspend")
@@ -147,7 +154,8 @@ def decide(
         reason = ConditionReason.SPEC_INVALID
         return _invalid(body, prev, trainer, observed, reason, [str(err)], now)
 
-    status = compute_status(job, observed, trainer, now)
+    evaluation = evaluate(job, observed, trainer, now)
+    status = evaluation.status
     events = tuple(transition_events(prev, status))
     if is_finished(status):
         return _finished(job, status, observed, events, now)
@@ -158,18 +166,26 @@ def decide(
         Desired(obj, create_only=obj["kind"] == "PersistentVolumeClaim") for obj in children.support
     ]
     waiting = None
+    # The RayJob's pods would mount what could not be applied: it waits for the rest.
+    support_failed = any(f.kind != "RayJob" for f in observed.apply_failures)
     if observed.missing_dependencies:
         waiting = "waiting for " + ", ".join(observed.missing_dependencies)
-    elif not observed.conflicts:
+    elif not observed.conflicts and not support_failed:
         queued_by_kueue = job.spec.placement.queue_name is not None
         preserve = (SUSPEND_PATH,) if queued_by_kueue and not job.spec.run_policy.suspend else ()
         apply.append(Desired(children.ray_job, preserve=preserve))
     stale = tuple(o.name for o in observed.ray_jobs if o.attempt < attempt and not o.deleting)
+    waits = [_deadline_wait(job, status, now)]
+    if evaluation.wake_at is not None:
+        waits.append(max(0.0, (evaluation.wake_at - now).total_seconds()))
+    if status.phase is Phase.PROVISIONING:
+        # Look at the starting pods again: their troubles go on status as they change.
+        waits.append(settings.dependency_retry_seconds)
     return Decision(
         status=status,
         apply=tuple(apply),
         delete_ray_jobs=stale,
-        requeue_after=_deadline_wait(job, status, now),
+        requeue_after=min((w for w in waits if w is not None), default=None),
         events=events,
         waiting=waiting,
     )
@@ -183,9 +199,10 @@ def _finished(
     now: datetime,
 ) -> Decision:
     failed = next((c for c in status.conditions if c.type is ConditionType.FAILED), None)
-    # A deadline stops a running attempt: its RayJob goes (and with it the Ray cluster).
-    # Otherwise KubeRay already shut the cluster down and the RayJob stays as a record.
-    stop = failed is not None and failed.reason is ConditionReason.DEADLINE_EXCEEDED
+    # A deadline or a startup timeout stops an attempt: its RayJob goes (and with it the Ray
+    # cluster and whatever GPUs its pods hold). Otherwise KubeRay already shut the cluster
+    # down and the RayJob stays as a record.
+    stop = failed is not None and failed.reason in STOPPING_FAILURES
     delete = tuple(o.name for o in observed.ray_jobs if not o.deleting) if stop else ()
     ttl = job.spec.run_policy.ttl_seconds_after_finished
     finished_at = parse_time(status.completion_time)

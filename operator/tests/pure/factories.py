@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from rlhf_operator.api.v1alpha1 import RLHFJob
+from rlhf_operator.api.v1alpha1 import RLHFJob, RLHFJobStatus
 from rlhf_trainer.config import JobSpec
 
 # A PPO job whose batch sizes divide any power-of-two device count up to 128.
@@ -72,3 +72,34 @@ def job_body(
 
 def make_job(**kwargs: Any) -> RLHFJob:
     return RLHFJob.model_validate(job_body(**kwargs))
+
+
+def ray_job(
+    attempt: int = 0,
+    deployment: str | None = None,
+    job_status: str | None = None,
+    *,
+    suspend: bool = False,
+    job: str = "ppo-7b",
+    **status: Any,
+) -> dict[str, Any]:
+    st: dict[str, Any] = dict(status)
+    if deployment is not None:
+        st["jobDeploymentStatus"] = deployment
+    if job_status is not None:
+        st["jobStatus"] = job_status
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayJob",
+        "metadata": {
+            "name": f"{job}-r{attempt}",
+            "namespace": "team-a",
+            "labels": {"rlhf.dev/job": job, "rlhf.dev/attempt": str(attempt)},
+        },
+        "spec": {"suspend": suspend},
+        "status": st,
+    }
+
+
+def conditions(status: RLHFJobStatus) -> dict[str, tuple[str, str]]:
+    return {c.type.value: (c.status.value, c.reason.value) for c in status.conditions}

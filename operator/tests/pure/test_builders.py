@@ -173,6 +173,20 @@ def test_rayjob_pods() -> None:
     assert volumes["job-config"]["configMap"]["name"] == "ppo-7b-config"
 
 
+@pytest.mark.parametrize(
+    ("policy", "grace"), [({}, 300), ({"checkpointOnPreemptionSeconds": 900}, 900)]
+)
+def test_pods_get_the_grace_to_checkpoint_on_preemption(policy: dict[str, Any], grace: int) -> None:
+    ray_job = render_children(make_job(runPolicy=policy), SETTINGS).ray_job
+    cluster = ray_job["spec"]["rayClusterSpec"]
+    templates = [cluster["headGroupSpec"]["template"]]
+    templates += [group["template"] for group in cluster["workerGroupSpecs"]]
+    assert [t["spec"]["terminationGracePeriodSeconds"] for t in templates] == [grace] * len(
+        templates
+    )
+    assert rayjob_errors(ray_job) == []
+
+
 def test_custom_accelerators_and_resume_policy() -> None:
     ray_job = _objects("grpo-hybrid-reward-fn")["RayJob"]
     assert ray_job["spec"]["entrypoint"].endswith("--resume never")

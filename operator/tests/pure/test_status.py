@@ -14,41 +14,10 @@ from rlhf_operator.observed import Observed
 from rlhf_operator.reconcile import decide, status_patch
 from rlhf_operator.settings import OperatorSettings
 
-from .factories import job_body
+from .factories import conditions, job_body, ray_job
 
 NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 SETTINGS = OperatorSettings(default_trainer_image="rlhf-trainer:test", instance="test")
-
-
-def ray_job(
-    attempt: int = 0,
-    deployment: str | None = None,
-    job_status: str | None = None,
-    *,
-    suspend: bool = False,
-    job: str = "ppo-7b",
-    **status: Any,
-) -> dict[str, Any]:
-    st: dict[str, Any] = dict(status)
-    if deployment is not None:
-        st["jobDeploymentStatus"] = deployment
-    if job_status is not None:
-        st["jobStatus"] = job_status
-    return {
-        "apiVersion": "ray.io/v1",
-        "kind": "RayJob",
-        "metadata": {
-            "name": f"{job}-r{attempt}",
-            "namespace": "team-a",
-            "labels": {"rlhf.dev/job": job, "rlhf.dev/attempt": str(attempt)},
-        },
-        "spec": {"suspend": suspend},
-        "status": st,
-    }
-
-
-def conditions(status: RLHFJobStatus) -> dict[str, tuple[str, str]]:
-    return {c.type.value: (c.status.value, c.reason.value) for c in status.conditions}
 
 
 @dataclass(frozen=True)
@@ -311,14 +280,18 @@ def test_fixing_the_spec_recovers() -> None:
 
 
 def test_impossible_placement_is_invalid() -> None:
+    # The layout rules are config rules: the same message as `rlhf validate` and `rlhf plan`.
     body = job_body(
         placement={"device": "cpu", "gpusPerNode": 1}, rollout={"tensorParallelSize": 2}
     )
     decision = decide(body, Observed(), SETTINGS, NOW)
-    assert decision.invalid is not None and decision.invalid.startswith(
-        "spec.rollout.tensorParallelSize:"
+    assert decision.invalid is not None
+    assert (
+        "spec.rollout.tensorParallelSize: a vLLM engine's 2 tensor-parallel devices must "
+        "share one node: at most placement.gpusPerNode (1)" in decision.invalid
     )
-    assert conditions(decision.status)["Valid"] == (F, "PlacementImpossible")
+    assert conditions(decision.status)["Valid"] == (F, "SpecInvalid")
+    assert decision.apply == ()
 
 
 def test_invalid_edit_of_a_running_job_keeps_it_running() -> None:

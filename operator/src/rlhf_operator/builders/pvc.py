@@ -7,6 +7,8 @@ keeps the checkpoints; otherwise garbage collection removes it with the job. A P
 
 from __future__ import annotations
 
+from rlhf_trainer.config.checkpoint import AccessMode
+
 from ..api.v1alpha1 import RLHFJob
 from .common import JSON, metadata, pvc_name
 
@@ -24,7 +26,9 @@ def build_pvc(job: RLHFJob) -> JSON | None:
     if storage is None or storage.size is None:
         return None
     spec: JSON = {
-        "accessModes": [storage.access_mode],
+        # Unset: ReadWriteMany (the head and every worker pod mount it, on any node). A plain
+        # string: the enum would not survive YAML rendering.
+        "accessModes": [(storage.access_mode or AccessMode.READ_WRITE_MANY).value],
         "resources": {"requests": {"storage": storage.size}},
     }
     if storage.storage_class_name is not None:

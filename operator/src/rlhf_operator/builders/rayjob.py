@@ -131,6 +131,9 @@ def _pod_template(
         "securityContext": pod_security_context(),
         "containers": [container],
         "volumes": volumes,
+        # After SIGTERM (a node drain, a Kueue eviction, a spot reclaim) the trainer writes a
+        # checkpoint of the last finished step; the kubelet waits this long before SIGKILL.
+        "terminationGracePeriodSeconds": job.spec.run_policy.checkpoint_on_preemption_seconds,
     }
     if job.spec.image_pull_secrets:
         pod["imagePullSecrets"] = [{"name": n} for n in job.spec.image_pull_secrets]

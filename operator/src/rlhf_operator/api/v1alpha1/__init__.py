@@ -10,7 +10,9 @@ from .status import (
     RayJobRef,
     RLHFJobStatus,
     TrainerCheckpoint,
+    TrainerOutcome,
     TrainerReport,
+    Usage,
     WorkerGroupAllocation,
 )
 from .types import GROUP, KIND, LIST_KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION, RLHFJob
@@ -33,6 +35,8 @@ __all__ = [
     "RLHFJobStatus",
     "RayJobRef",
     "TrainerCheckpoint",
+    "TrainerOutcome",
     "TrainerReport",
+    "Usage",
     "WorkerGroupAllocation",
 ]

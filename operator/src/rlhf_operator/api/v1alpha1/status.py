@@ -8,7 +8,7 @@ from enum import StrEnum
 
 from pydantic import Field
 
-from rlhf_trainer.config import ConfigModel, Device
+from rlhf_trainer.config import ConfigModel, Device, FailureClass
 
 
 class Phase(StrEnum):
@@ -26,6 +26,9 @@ class Phase(StrEnum):
 
 class ConditionType(StrEnum):
     VALID = "Valid"
+    # Every child (ConfigMap, RBAC, PVC, RayJob) was accepted by the API server on the last
+    # try; False quotes the server's refusal (a missing KubeRay CRD, a quota, a webhook).
+    CHILDREN_APPLIED = "ChildrenApplied"
     ADMITTED = "Admitted"
     SUSPENDED = "Suspended"
     CLUSTER_READY = "ClusterReady"
@@ -69,6 +72,20 @@ class ConditionReason(StrEnum):
     CLUSTER_SHUT_DOWN = "ClusterShutDown"
     # A child with our name exists but another controller owns it: we do not take it over.
     CHILD_CONFLICT = "ChildConflict"
+    CHILDREN_APPLIED = "ChildrenApplied"
+    # The API server refused a child (HTTP 4xx/5xx); retried with exponential backoff.
+    CHILD_APPLY_FAILED = "ChildApplyFailed"
+    # Why the current attempt's pods do not run yet (ClusterReady=False while provisioning).
+    UNSCHEDULABLE = "Unschedulable"
+    IMAGE_PULL_FAILED = "ImagePullFailed"
+    CONTAINER_CONFIG_ERROR = "ContainerConfigError"
+    CONTAINER_CRASH_LOOPING = "ContainerCrashLooping"
+    # The pods did not all run within runPolicy.startupTimeoutSeconds (terminal).
+    STARTUP_TIMEOUT = "StartupTimeout"
+    # An attempt failed in a way a retry cannot fix (FailureClass InvalidSpec; terminal).
+    NOT_RETRYABLE = "NotRetryable"
+    # An attempt was preempted: retried, not counted against runPolicy.backoffLimit.
+    PREEMPTED = "Preempted"
 
 
 class Condition(ConfigModel):
@@ -87,7 +104,9 @@ class RayJobRef(ConfigModel):
     job_deployment_status: str | None = None
     job_status: str | None = None
     dashboard_url: str | None = None
-    message: str | None = None
+    message: str | None = Field(
+        None, description="KubeRay's message, at most 1024 characters (head and tail kept)."
+    )
 
 
 class WorkerGroupAllocation(ConfigModel):
@@ -117,6 +136,16 @@ class TrainerCheckpoint(ConfigModel):
     time: str | None = None
 
 
+class TrainerOutcome(ConfigModel):
+    """How one attempt's trainer ended, written just before it exits (see
+    `rlhf_trainer.config.outcome`): the operator retries or not by `failure_class`."""
+
+    attempt: int = Field(ge=0, description="RLHF_JOB_ATTEMPT of the run that wrote it.")
+    exit_code: int
+    failure_class: FailureClass | None = Field(None, description="None: succeeded.")
+    message: str = Field("", max_length=4096)
+
+
 class TrainerReport(ConfigModel):
     """Written by the trainer (merge-patch of status.trainer); read by the operator."""
 
@@ -130,6 +159,30 @@ class TrainerReport(ConfigModel):
     checkpoints: list[TrainerCheckpoint] = Field(default_factory=list)
     message: str | None = None
     updated_at: str | None = None
+    outcome: TrainerOutcome | None = None
+
+
+class Usage(ConfigModel):
+    """GPU time of the job across its attempts (always 0 with `device: cpu`)."""
+
+    # Settled when a Running interval ends, so that the status changes only when something
+    # happens. Up to now: gpuSecondsAllocated + (now - runningSince) x totalGpus while
+    # runningSince is set; the operator's metrics export that live value.
+    attempts: int = Field(0, ge=0, description="RayJobs created: the first and every retry.")
+    gpu_seconds_allocated: int = Field(
+        0, ge=0, description="GPU-seconds of every Running interval that ended."
+    )
+    gpu_seconds_lost: int = Field(
+        0,
+        ge=0,
+        description="GPU-seconds of training lost to attempts that failed (preemptions "
+        "included): from the attempt's last checkpoint, or its start, to the failure.",
+    )
+    running_since: str | None = Field(
+        None,
+        description="Start of the current Running interval, not yet in gpuSecondsAllocated "
+        "(add (now - runningSince) x totalGpus for the live value).",
+    )
 
 
 class RLHFJobStatus(ConfigModel):
@@ -139,8 +192,17 @@ class RLHFJobStatus(ConfigModel):
     ray_job: RayJobRef | None = None
     allocation: Allocation | None = None
     trainer: TrainerReport | None = None
-    restarts: int = Field(0, ge=0)
+    restarts: int = Field(
+        0, ge=0, description="Attempts replaced by a fresh RayJob, whatever the cause."
+    )
+    preemptions: int = Field(
+        0,
+        ge=0,
+        description="Restarts after a preemption; they do not count against "
+        "runPolicy.backoffLimit (restarts - preemptions do).",
+    )
     total_gpus: int | None = Field(None, ge=0, description="Mirror for printer columns.")
     start_time: str | None = None
     completion_time: str | None = None
     message: str | None = None
+    usage: Usage | None = None
