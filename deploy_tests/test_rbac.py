@@ -91,13 +91,17 @@ def test_no_wildcards_and_no_non_resource_urls(
 
 
 @pytest.mark.parametrize("install", INSTALLS)
-def test_never_grants_secrets_pods_or_escalation_verbs(
+def test_never_grants_secrets_pod_exec_or_escalation_verbs(
     installs: dict[str, list[Manifest]], install: str
 ) -> None:
-    # The operator never reads Secrets (trainers get them by secretKeyRef) nor execs into pods,
-    # and holding what it grants makes `bind`/`escalate`/`impersonate` unnecessary.
+    # The operator never reads Secrets (trainers get them by secretKeyRef) nor execs into pods
+    # or reads their logs; it only lists pods (why a starting attempt's pods do not run), and
+    # holding what it grants makes `bind`/`escalate`/`impersonate` unnecessary.
     for owner, rule in _rules(installs[install]):
-        assert not {"secrets", "pods", "pods/exec", "nodes"} & set(rule["resources"]), owner
+        resources = set(rule["resources"])
+        assert not {"secrets", "pods/exec", "pods/log", "nodes"} & resources, owner
+        if "pods" in resources:
+            assert (resources, rule["verbs"]) == ({"pods"}, ["list"]), (owner, rule)
         assert not {"bind", "escalate", "impersonate", "deletecollection"} & set(rule["verbs"]), (
             owner,
             rule,
@@ -235,3 +239,11 @@ def test_operator_holds_every_permission_it_grants_to_trainers(
     }
     assert wanted, "the trainer Role grants nothing"
     assert wanted <= granted, f"the operator could not create the trainer Role: {wanted - granted}"
+
+
+@pytest.mark.parametrize("install", INSTALLS)
+def test_operator_may_list_the_pods_of_a_starting_attempt(
+    installs: dict[str, list[Manifest]], install: str
+) -> None:
+    # rlhf_operator.observing lists them (by label) to say why they do not run.
+    assert ("", "pods", "list") in _granted(installs[install])

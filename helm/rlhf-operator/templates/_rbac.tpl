@@ -41,6 +41,12 @@ modes can never drift apart. manifests/base/rbac.yaml mirrors it (deploy_tests c
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
+# While an attempt starts, its pods (KubeRay's, labelled with the job) are listed to say on
+# the job's status why they do not run (unschedulable, image pull, a missing Secret). Read only:
+# no get/watch, no exec, no logs.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list"]
 {{- end }}
 
 {{/* kopf's peering objects: each replica writes its keep-alive into their status. */}}

@@ -5,6 +5,11 @@ RayJobs, a timer for deadlines/TTL/retries) runs the same level-based pass for t
 a time per job. API requests happen only for what changed: children already applied with the
 same content (remembered in memory) are not sent again, RayJobs are read from the watch cache
 (a kopf index), and the status is patched only when it differs. An idle job costs nothing.
+
+A child the API server refuses (a missing CRD, a quota, a webhook) is not asked for again
+before its backoff ends (doubling per failure, capped, reset by a success); the refusal is
+observed like anything else, so it shows on status and in an Event. The pods of a starting
+attempt are listed at most every `dependency_retry_seconds`, for what keeps them from running.
 """
 
 from __future__ import annotations
@@ -13,42 +18,24 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, cast
 
 import kopf
-from pydantic import ValidationError
 
-from rlhf_trainer.config import JobSpec
-
+from .applying import Applier
 from .events import Event, EventReason, EventType
-from .kube import ApiError, Applied, KubeApi, Outcome, apply, desired_hash
+from .kube import ApiError, Applied, KubeApi, Outcome
 from .metrics import Metrics
-from .observed import Observed
-from .reconcile import Decision, Desired, decide, status_patch
+from .observing import Key, Observer, job_key
+from .reconcile import Decision, decide, status_patch
 from .settings import OperatorSettings
 
 logger = logging.getLogger(__name__)
 
-Key = tuple[str, str]  # (namespace, name)
 JSON = dict[str, Any]
-
-
-@dataclass(frozen=True)
-class Blockers:
-    """What kept the job's RayJob from being created, as of one spec generation."""
-
-    generation: int | None
-    missing: tuple[str, ...] = ()
-    conflicts: tuple[str, ...] = ()
-    checked_at: float = 0.0
-
-
-def _key(body: Mapping[str, Any]) -> Key:
-    meta = body.get("metadata") or {}
-    return str(meta.get("namespace", "")), str(meta.get("name", ""))
 
 
 def _resource_version(body: Mapping[str, Any] | None) -> int:
@@ -56,34 +43,6 @@ def _resource_version(body: Mapping[str, Any] | None) -> int:
         return int(((body or {}).get("metadata") or {}).get("resourceVersion", -1))
     except (TypeError, ValueError):
         return -1
-
-
-def dependencies(body: Mapping[str, Any]) -> list[tuple[JSON, str]]:
-    """Objects the spec references that the pods cannot start without: (object ref, label)."""
-    try:
-        spec = JobSpec.model_validate(body.get("spec") or {})
-    except ValidationError:
-        return []
-    namespace = _key(body)[0]
-
-    def ref(kind: str, name: str) -> JSON:
-        return {
-            "apiVersion": "v1",
-            "kind": kind,
-            "metadata": {"name": name, "namespace": namespace},
-        }
-
-    found: list[tuple[JSON, str]] = []
-    reward = spec.models.reward_function
-    if reward is not None and reward.config_map_ref is not None:
-        name = reward.config_map_ref.name
-        found.append((ref("ConfigMap", name), f"ConfigMap {name} (spec.models.rewardFunction)"))
-    storage = spec.checkpoint.storage
-    if storage is not None and storage.claim_name is not None:
-        name = storage.claim_name
-        label = f"PersistentVolumeClaim {name} (spec.checkpoint.storage.claimName)"
-        found.append((ref("PersistentVolumeClaim", name), label))
-    return found
 
 
 class Controller:
@@ -100,18 +59,17 @@ class Controller:
         self.metrics = metrics
         self.clock = clock
         self.jobs: Mapping[Any, Any] = {}  # kopf index: (ns, name) -> [RLHFJob body]
-        self.ray_jobs: Mapping[Any, Any] = {}  # kopf index: (ns, job) -> [RayJob bodies]
+        self.applier = Applier(api, settings, metrics)
+        self.observer = Observer(api, settings)
         self._locks: defaultdict[Key, asyncio.Lock] = defaultdict(asyncio.Lock)
-        self._applied: dict[tuple[str, str, str], str] = {}
-        # Children the API server rejected: (content hash, retry after, the error).
-        self._rejected: dict[tuple[str, str, str], tuple[str, float, ApiError]] = {}
-        self._blockers: dict[Key, Blockers] = {}
+        # Passes in a row that failed on a request other than applying a child.
+        self._pass_failures: dict[Key, int] = {}
         self._latest: dict[Key, JSON] = {}
         self._timers: dict[Key, asyncio.TimerHandle] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
     def bind(self, jobs: Mapping[Any, Any], ray_jobs: Mapping[Any, Any]) -> None:
-        self.jobs, self.ray_jobs = jobs, ray_jobs
+        self.jobs, self.observer.ray_jobs = jobs, ray_jobs
 
     def job_bodies(self) -> Iterator[Mapping[str, Any]]:
         for store in list(self.jobs.values()):
@@ -129,7 +87,7 @@ class Controller:
         """One pass for this job. With `for_kopf`, not-ready and invalid outcomes raise kopf's
         TemporaryError/PermanentError (kopf's retry bookkeeping for change handlers);
         otherwise a timer looks again."""
-        key = _key(body)
+        key = job_key(body)
         if (body.get("metadata") or {}).get("deletionTimestamp"):
             return None  # being deleted: garbage collection takes the children
         started = time.monotonic()
@@ -140,19 +98,18 @@ class Controller:
             except ApiError as err:
                 self.metrics.reconcile_errors.labels(trigger, f"http-{err.status}").inc()
                 logger.warning("reconcile %s/%s (%s): %s", *key, trigger, err)
-                # A rejected request (e.g. an admission webhook's 4xx) will not pass on its
-                # own soon: look again slowly instead of hammering the API server.
-                delay = (
-                    self.settings.api_retry_seconds
-                    if err.transient
-                    else self.settings.rejected_retry_seconds
-                )
+                # Look again later, and later still if it keeps failing: an API server in
+                # trouble (or a webhook that says no) is not helped by a request every 5 s.
+                failures = self._pass_failures.get(key, 0) + 1
+                self._pass_failures[key] = failures
+                delay = self.settings.retry_delay(failures)
                 if for_kopf:
                     raise kopf.TemporaryError(str(err), delay=delay) from err
                 self.schedule(key, delay)
                 return None
             finally:
                 self.metrics.reconcile_seconds.labels(trigger).observe(time.monotonic() - started)
+        self._pass_failures.pop(key, None)
         if decision.invalid is not None:
             self.metrics.reconcile_errors.labels(trigger, "invalid-spec").inc()
             if for_kopf:
@@ -164,27 +121,28 @@ class Controller:
         return decision
 
     async def _pass(self, key: Key, body: JSON) -> Decision:
-        observed = await self._observe(key, body)
+        observed = await self.observer.observe(key, body, self.applier.reported_failures(key))
         probably_new = not body.get("status") and not observed.ray_jobs
         outcomes: list[Applied] = []
-        # A second round when applying found (or cleared) a conflict: the decision depends
-        # on it (no RayJob while another controller owns one of our children).
+        # A second round when applying found (or cleared) a conflict or a refusal: the
+        # decision depends on them (no RayJob while one of its children is missing).
         for _ in range(2):
             decision = decide(body, observed, self.settings, self.clock())
-            outcomes += await self._apply(key, decision.apply, observed, probably_new)
+            applied, failures = await self.applier.apply_all(
+                key, decision.apply, probably_new=probably_new
+            )
+            outcomes += applied
             conflicts = tuple(
-                f"{a.obj['kind']} {a.obj['metadata']['name']}"
+                f"{a.obj['kind']} {a.obj['metadata']['name']} (controlled by {a.owner})"
                 for a in outcomes
                 if a.outcome is Outcome.CONFLICT
             )
-            if conflicts == observed.conflicts:
+            if (conflicts, failures) == (observed.conflicts, observed.apply_failures):
                 break
-            blockers = self._blockers.get(key) or Blockers(_generation(body))
-            self._blockers[key] = Blockers(
-                blockers.generation, blockers.missing, conflicts, blockers.checked_at
-            )
-            observed = Observed(observed.ray_jobs, observed.missing_dependencies, conflicts)
+            self.observer.set_conflicts(key, body, conflicts)
+            observed = replace(observed, conflicts=conflicts, apply_failures=failures)
             outcomes = [a for a in outcomes if a.outcome is not Outcome.CONFLICT]
+        self.applier.keep_only(key, decision.apply)
         for name in decision.delete_ray_jobs:
             ref = {
                 "apiVersion": "ray.io/v1",
@@ -192,7 +150,7 @@ class Controller:
                 "metadata": {"name": name, "namespace": key[0]},
             }
             await self.api.delete(ref)
-            self._applied.pop((key[0], "RayJob", name), None)
+            self.applier.forget_child(key[0], "RayJob", name)
         await self._write_status(key, body, decision)
         events = list(decision.events) + _action_events(outcomes, decision.delete_ray_jobs)
         if decision.delete_self:
@@ -207,81 +165,15 @@ class Controller:
         if decision.delete_self:
             await self.api.delete(body)
             self.forget(key)
-        elif decision.waiting is not None or observed.conflicts:
-            self.schedule(key, self.settings.dependency_retry_seconds)
-        elif decision.requeue_after is not None:
-            self.schedule(key, decision.requeue_after)
+            return decision
+        # One timer per job: the earliest of everything that will want another look.
+        waits = [] if decision.requeue_after is None else [decision.requeue_after]
+        if decision.waiting is not None or observed.conflicts:
+            waits.append(self.settings.dependency_retry_seconds)
+        waits += [r.retry_at - time.monotonic() for r in self.applier.refusals(key)]
+        if waits:
+            self.schedule(key, min(waits))
         return decision
-
-    async def _observe(self, key: Key, body: JSON) -> Observed:
-        uid = (body.get("metadata") or {}).get("uid")
-        ray_jobs = []
-        for obj in list(self.ray_jobs.get(key) or ()):
-            owner = next(
-                (r for r in obj["metadata"].get("ownerReferences") or [] if r.get("controller")),
-                None,
-            )
-            # Ours, or an orphan with our name (adopted on apply); never a former job's.
-            if owner is None or owner.get("uid") == uid:
-                ray_jobs.append(obj)
-        observed = Observed.of(ray_jobs)
-        blockers = await self._blockers_for(key, body, observed)
-        return Observed(observed.ray_jobs, blockers.missing, blockers.conflicts)
-
-    async def _blockers_for(self, key: Key, body: JSON, observed: Observed) -> Blockers:
-        """Check referenced ConfigMaps/PVCs exist, only while the attempt's RayJob does not
-        (once pods run, they hold what they mounted), at most every dependency_retry_seconds."""
-        generation = _generation(body)
-        known = self._blockers.get(key)
-        restarts = int((body.get("status") or {}).get("restarts") or 0)
-        if observed.attempt(max(restarts, observed.latest_attempt)) is not None:
-            return Blockers(generation)
-        fresh = (
-            known is not None
-            and known.generation == generation
-            and (
-                not known.missing
-                or time.monotonic() - known.checked_at < self.settings.dependency_retry_seconds
-            )
-        )
-        if fresh and known is not None:
-            return known
-        missing = tuple(
-            [label for ref, label in dependencies(body) if await self.api.get(ref) is None]
-        )
-        conflicts = known.conflicts if known is not None and known.generation == generation else ()
-        self._blockers[key] = Blockers(generation, missing, conflicts, time.monotonic())
-        return self._blockers[key]
-
-    async def _apply(
-        self, key: Key, desired: Iterable[Desired], observed: Observed, probably_new: bool
-    ) -> list[Applied]:
-        outcomes: list[Applied] = []
-        for child in desired:
-            cache_key = (key[0], child.kind, child.name)
-            digest = desired_hash(child.obj) + repr(child.preserve)
-            if self._applied.get(cache_key) == digest:
-                continue  # applied before with this content (a deleted RayJob is forgotten)
-            if child.kind == "RayJob" and any(a.outcome is Outcome.CONFLICT for a in outcomes):
-                continue  # its pods would use another controller's objects
-            rejected = self._rejected.get(cache_key)
-            if rejected is not None and rejected[0] == digest and time.monotonic() < rejected[1]:
-                raise rejected[2]  # the server said no to exactly this: do not ask again yet
-            try:
-                applied = await apply(self.api, child, probably_new=probably_new)
-            except ApiError as err:
-                if not err.transient:
-                    until = time.monotonic() + self.settings.rejected_retry_seconds
-                    self._rejected[cache_key] = (digest, until, err)
-                raise
-            self._rejected.pop(cache_key, None)
-            self.metrics.children.labels(child.kind, applied.outcome.value).inc()
-            outcomes.append(applied)
-            if applied.outcome is Outcome.CONFLICT:
-                self._applied.pop(cache_key, None)
-            else:
-                self._applied[cache_key] = digest
-        return outcomes
 
     async def _write_status(self, key: Key, body: JSON, decision: Decision) -> None:
         patch = status_patch(body.get("status"), decision.status)
@@ -339,21 +231,20 @@ class Controller:
 
     def child_deleted(self, namespace: str, kind: str, name: str) -> None:
         """A watched child went away: apply it again when it is still desired."""
-        self._applied.pop((namespace, kind, name), None)
+        self.applier.forget_child(namespace, kind, name)
 
     def forget(self, key: Key) -> None:
         """Drop what is remembered about a deleted job."""
         timer = self._timers.pop(key, None)
         if timer is not None:
             timer.cancel()
-        self._blockers.pop(key, None)
         self._latest.pop(key, None)
+        self._pass_failures.pop(key, None)
+        self.observer.forget(key)
+        self.applier.forget(key)
         lock = self._locks.get(key)
         if lock is not None and not lock.locked():
             del self._locks[key]
-        for cache in (self._applied, self._rejected):
-            for cache_key in [k for k in cache if k[0] == key[0] and _owned_by(k[2], key[1])]:
-                del cache[cache_key]
 
     async def close(self) -> None:
         for timer in self._timers.values():
@@ -363,15 +254,6 @@ class Controller:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.api.close()
-
-
-def _generation(body: Mapping[str, Any]) -> int | None:
-    value = (body.get("metadata") or {}).get("generation")
-    return int(value) if value is not None else None
-
-
-def _owned_by(child_name: str, job: str) -> bool:
-    return child_name.startswith(f"{job}-")
 
 
 def _action_events(outcomes: list[Applied], deleted: tuple[str, ...]) -> list[Event]:

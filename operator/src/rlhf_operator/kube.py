@@ -38,6 +38,7 @@ _RESOURCES = {
     ("v1", "ServiceAccount"): "serviceaccounts",
     ("v1", "PersistentVolumeClaim"): "persistentvolumeclaims",
     ("v1", "Secret"): "secrets",
+    ("v1", "Pod"): "pods",
     ("rbac.authorization.k8s.io/v1", "Role"): "roles",
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): "rolebindings",
     ("ray.io/v1", "RayJob"): "rayjobs",
@@ -49,10 +50,17 @@ class ApiError(Exception):
     """A non-2xx answer. `transient`: worth retrying as is (server trouble, conflicts)."""
 
     def __init__(self, status: int, method: str, path: str, body: Any) -> None:
-        reason = body.get("message") if isinstance(body, dict) else str(body)[:300]
-        super().__init__(f"{method} {path}: HTTP {status}: {reason}")
+        said = body.get("message") if isinstance(body, dict) else None
+        self.message = str(said) if said else str(body)[:300]
+        super().__init__(f"{method} {path}: HTTP {status}: {self.message}")
         self.status = status
         self.body = body
+
+    @property
+    def reason(self) -> str:
+        """The `Status` reason (NotFound, Forbidden, Invalid, ...), else the HTTP code."""
+        said = self.body.get("reason") if isinstance(self.body, dict) else None
+        return str(said) if said else str(self.status)
 
     @property
     def transient(self) -> bool:
@@ -160,6 +168,14 @@ class KubeApi:
                 return None
             raise
         return found
+
+    async def list(
+        self, api_version: str, kind: str, namespace: str, *, label_selector: str
+    ) -> list[JSON]:
+        path = object_path(api_version, kind, namespace)
+        found = await self.request("GET", path, params={"labelSelector": label_selector}, kind=kind)
+        items: list[JSON] = (found or {}).get("items") or []
+        return items
 
     async def create(self, obj: Mapping[str, Any]) -> JSON:
         created: JSON = await self.request("POST", path_of(obj, named=False), obj, kind=obj["kind"])

@@ -43,11 +43,12 @@ class OperatorSettings:
     # Ray version the trainer image ships; KubeRay uses it to pick features.
     ray_version: str = "2.60.0"
     # How long to wait before re-checking a job that waits for something (a referenced
-    # ConfigMap or PVC), and after a transient API error.
+    # ConfigMap or PVC, the pods of a starting attempt).
     dependency_retry_seconds: float = 30.0
+    # After a failed request: the first retry waits api_retry_seconds, each further one twice
+    # as long, up to retry_max_seconds; a success starts over.
     api_retry_seconds: float = 5.0
-    # After a request the API server rejected (a 4xx other than conflicts).
-    rejected_retry_seconds: float = 60.0
+    retry_max_seconds: float = 300.0
     # Watch timeouts: the server closes each watch after ~server_timeout; the client gives
     # up on a silent connection after client_timeout and reconnects.
     watch_server_timeout: float = 270.0
@@ -59,6 +60,11 @@ class OperatorSettings:
     @property
     def clusterwide(self) -> bool:
         return not self.namespaces
+
+    def retry_delay(self, failures: int) -> float:
+        """Seconds to wait after `failures` failures in a row (1 or more)."""
+        doublings = min(max(failures, 1) - 1, 30)  # bounded: 2**30 x anything exceeds the cap
+        return min(self.retry_max_seconds, self.api_retry_seconds * 2.0**doublings)
 
     @property
     def liveness_endpoint(self) -> str:
@@ -92,9 +98,7 @@ class OperatorSettings:
                 get, "DEPENDENCY_RETRY_SECONDS", defaults.dependency_retry_seconds
             ),
             api_retry_seconds=_seconds(get, "API_RETRY_SECONDS", defaults.api_retry_seconds),
-            rejected_retry_seconds=_seconds(
-                get, "REJECTED_RETRY_SECONDS", defaults.rejected_retry_seconds
-            ),
+            retry_max_seconds=_seconds(get, "RETRY_MAX_SECONDS", defaults.retry_max_seconds),
             watch_server_timeout=_seconds(
                 get, "WATCH_SERVER_TIMEOUT", defaults.watch_server_timeout
             ),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import pathlib
 from typing import Any
 
@@ -216,7 +217,7 @@ async def test_operator_killed_mid_reconcile_converges_after_restart_without_dup
         third.stop()
 
 
-async def test_a_rejected_update_is_not_retried_in_a_hot_loop(operator: Cluster) -> None:
+async def test_a_rejected_update_backs_off_exponentially_and_says_why(operator: Cluster) -> None:
     c = operator
     c.create(ppo_manifest("ppo-rej"))
     await c.until(lambda: c.ray_jobs("ppo-rej"), "RayJob")
@@ -225,6 +226,29 @@ async def test_a_rejected_update_is_not_retried_in_a_hot_loop(operator: Cluster)
     )
     mark = c.k8s.requests.mark()
     c.edit_spec("ppo-rej", {"placement": {"priorityClassName": "other"}})
+    await c.until(
+        lambda: c.conditions("ppo-rej").get("ChildrenApplied") == ("False", "ChildApplyFailed"),
+        "ChildrenApplied=False",
+    )
+
+    def tries() -> list[float]:
+        records = c.k8s.requests.records[mark:]
+        return [r.at for r in records if (r.verb, r.resource) == ("update", RAYJOBS)]
+
+    # Test settings: the first retry after 0.5 s, then 1 s, 2 s, 4 s (production: 5 s ... 5 min).
+    await c.until(lambda: len(tries()) >= 4, "four tries", timeout=10)
     await asyncio.sleep(2.0)
-    assert c.k8s.requests.count("update", RAYJOBS, since=mark) == 1
+    gaps = [later - earlier for earlier, later in itertools.pairwise(tries())]
+    assert len(gaps) == 3, gaps
+    assert all(later > 1.6 * earlier for earlier, later in itertools.pairwise(gaps)), gaps
+    [event] = [
+        e for e in c.k8s.events("default", about="ppo-rej") if e.reason == "ChildApplyFailed"
+    ]
+    assert "RayJob ppo-rej-r0: HTTP 422 Invalid: webhook says no" in event.message
     c.k8s.faults.clear()
+    # The next try succeeds: the condition recovers, the backoff starts over.
+    await c.until(
+        lambda: c.conditions("ppo-rej").get("ChildrenApplied") == ("True", "ChildrenApplied"),
+        "ChildrenApplied=True",
+        timeout=10,
+    )

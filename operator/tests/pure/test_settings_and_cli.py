@@ -106,3 +106,18 @@ def test_render_without_image_fails_with_the_field(
     assert main(["render", str(example)]) == 1
     assert "spec.image: no trainer image" in capsys.readouterr().err
     assert main(["render", str(example), "--image", "trainer:1"]) == 0
+
+
+@pytest.mark.parametrize(
+    ("failures", "delay"),
+    [(1, 5.0), (2, 10.0), (3, 20.0), (6, 160.0), (7, 300.0), (1000, 300.0)],
+    ids=["first", "second", "third", "sixth", "capped", "long-outage"],
+)
+def test_retry_delay_doubles_up_to_the_cap(failures: int, delay: float) -> None:
+    assert OperatorSettings().retry_delay(failures) == delay
+
+
+def test_retry_cap_from_the_environment() -> None:
+    settings = OperatorSettings.from_env({"RLHF_OPERATOR_RETRY_MAX_SECONDS": "60"})
+    assert settings.retry_max_seconds == 60.0
+    assert settings.retry_delay(10) == 60.0

@@ -1,0 +1,139 @@
+"""Applying a job's children, with memory: what was applied (so unchanged children cost no
+request) and what the API server refused (so a refused child is not asked for again before its
+backoff ends: `api_retry_seconds`, doubling per refusal in a row, capped at
+`retry_max_seconds`; a success starts over).
+
+A refusal is not an exception to the pass: it is returned as an `ApplyFailure`, which the pass
+observes like anything else, so it shows on status (ChildrenApplied=False) and in an Event.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .kube import ApiError, Applied, KubeApi, Outcome, apply, desired_hash
+from .metrics import Metrics
+from .observed import ApplyFailure
+from .reconcile import Desired
+from .settings import OperatorSettings
+
+logger = logging.getLogger(__name__)
+
+Key = tuple[str, str]  # (namespace, job name)
+ChildKey = tuple[str, str, str]  # (namespace, kind, name)
+
+
+def of_job(child: ChildKey, key: Key) -> bool:
+    """The child belongs to the job: children are named `<job>-<suffix>`."""
+    return child[0] == key[0] and child[2].startswith(f"{key[1]}-")
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """The API server's last refusal of one child, and when it may be asked again."""
+
+    digest: str
+    failures: int
+    retry_at: float  # time.monotonic()
+    failure: ApplyFailure
+
+    @property
+    def reported(self) -> bool:
+        # A stale resourceVersion and throttling pass by themselves: retried with the same
+        # backoff, but not worth a condition and an Event.
+        return self.failure.code not in {409, 429}
+
+
+class Applier:
+    def __init__(self, api: KubeApi, settings: OperatorSettings, metrics: Metrics) -> None:
+        self.api, self.settings, self.metrics = api, settings, metrics
+        self._applied: dict[ChildKey, str] = {}
+        self._refused: dict[ChildKey, Refusal] = {}
+
+    async def apply_all(
+        self, key: Key, desired: Iterable[Desired], *, probably_new: bool
+    ) -> tuple[list[Applied], tuple[ApplyFailure, ...]]:
+        """Apply what changed, in order; returns what was done and the refusals worth
+        reporting (one still in its backoff counts again, without a request). The RayJob
+        waits while a child its pods need is refused or someone else's."""
+        outcomes: list[Applied] = []
+        failures: list[ApplyFailure] = []
+        blocked = False
+        for child in desired:
+            child_key = (key[0], child.kind, child.name)
+            digest = desired_hash(child.obj) + repr(child.preserve)
+            if self._applied.get(child_key) == digest:
+                continue  # applied before with this content (a deleted RayJob is forgotten)
+            if child.kind == "RayJob" and blocked:
+                continue
+            refused = self._refused.get(child_key)
+            waiting = refused is not None and refused.digest == digest
+            if waiting and refused is not None and time.monotonic() < refused.retry_at:
+                blocked = True
+                failures += [refused.failure] if refused.reported else []
+                continue
+            try:
+                applied = await apply(self.api, child, probably_new=probably_new)
+            except ApiError as err:
+                refused = self._refuse(child_key, digest, child, err, refused)
+                self.metrics.children.labels(child.kind, "refused").inc()
+                blocked = True
+                failures += [refused.failure] if refused.reported else []
+                continue
+            self._refused.pop(child_key, None)
+            self.metrics.children.labels(child.kind, applied.outcome.value).inc()
+            outcomes.append(applied)
+            if applied.outcome is Outcome.CONFLICT:
+                self._applied.pop(child_key, None)
+                blocked = True
+            else:
+                self._applied[child_key] = digest
+        return outcomes, tuple(failures)
+
+    def _refuse(
+        self,
+        child_key: ChildKey,
+        digest: str,
+        child: Desired,
+        err: ApiError,
+        previous: Refusal | None,
+    ) -> Refusal:
+        failures = previous.failures + 1 if previous is not None else 1
+        delay = self.settings.retry_delay(failures)
+        logger.warning(
+            "%s/%s %s refused (%d in a row, next try in %.0f s): %s",
+            child_key[0],
+            child.kind,
+            child.name,
+            failures,
+            delay,
+            err,
+        )
+        failure = ApplyFailure(child.kind, child.name, err.status, err.reason, err.message)
+        refusal = Refusal(digest, failures, time.monotonic() + delay, failure)
+        self._refused[child_key] = refusal
+        return refusal
+
+    def refusals(self, key: Key) -> list[Refusal]:
+        return [r for child, r in self._refused.items() if of_job(child, key)]
+
+    def reported_failures(self, key: Key) -> tuple[ApplyFailure, ...]:
+        return tuple(r.failure for r in self.refusals(key) if r.reported)
+
+    def keep_only(self, key: Key, desired: Iterable[Desired]) -> None:
+        """Refusals of children no longer desired (a finished job's RayJob) are no news."""
+        keep = {(key[0], d.kind, d.name) for d in desired}
+        for child in [c for c in self._refused if of_job(c, key) and c not in keep]:
+            del self._refused[child]
+
+    def forget_child(self, namespace: str, kind: str, name: str) -> None:
+        """A child went away (deleted by us or someone): apply it again when still desired."""
+        self._applied.pop((namespace, kind, name), None)
+
+    def forget(self, key: Key) -> None:
+        for cache in (self._applied, self._refused):
+            for child in [c for c in cache if of_job(c, key)]:
+                del cache[child]

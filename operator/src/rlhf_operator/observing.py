@@ -1,0 +1,186 @@
+"""Observing one job's world for a pass: its RayJobs from the watch cache (a kopf index), and,
+only while they matter and at most every `dependency_retry_seconds`, the objects its spec
+references (before the attempt's RayJob exists) and the pods of a starting attempt (for what
+keeps them from running). What the API server refused comes from the `Applier`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from pydantic import ValidationError
+
+from rlhf_trainer.config import JobSpec
+
+from .builders.common import ATTEMPT_LABEL, JOB_LABEL
+from .kube import ApiError, KubeApi
+from .observed import ApplyFailure, Observed, PodObservation
+from .settings import OperatorSettings
+
+logger = logging.getLogger(__name__)
+
+Key = tuple[str, str]  # (namespace, job name)
+JSON = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Blockers:
+    """What kept the job's RayJob from being created, as of one spec generation."""
+
+    generation: int | None
+    missing: tuple[str, ...] = ()
+    conflicts: tuple[str, ...] = ()
+    checked_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class PodCheck:
+    attempt: int
+    checked_at: float
+    pods: tuple[PodObservation, ...]
+
+
+def job_key(body: Mapping[str, Any]) -> Key:
+    meta = body.get("metadata") or {}
+    return str(meta.get("namespace", "")), str(meta.get("name", ""))
+
+
+def generation_of(body: Mapping[str, Any]) -> int | None:
+    value = (body.get("metadata") or {}).get("generation")
+    return int(value) if value is not None else None
+
+
+def _attempt(body: Mapping[str, Any], observed: Observed) -> int:
+    restarts = int((body.get("status") or {}).get("restarts") or 0)
+    return max(restarts, observed.latest_attempt)
+
+
+def dependencies(body: Mapping[str, Any]) -> list[tuple[JSON, str]]:
+    """Objects the spec references that the pods cannot start without: (object ref, label)."""
+    try:
+        spec = JobSpec.model_validate(body.get("spec") or {})
+    except ValidationError:
+        return []
+    namespace = job_key(body)[0]
+
+    def ref(kind: str, name: str) -> JSON:
+        return {
+            "apiVersion": "v1",
+            "kind": kind,
+            "metadata": {"name": name, "namespace": namespace},
+        }
+
+    found: list[tuple[JSON, str]] = []
+    reward = spec.models.reward_function
+    if reward is not None and reward.config_map_ref is not None:
+        name = reward.config_map_ref.name
+        found.append((ref("ConfigMap", name), f"ConfigMap {name} (spec.models.rewardFunction)"))
+    storage = spec.checkpoint.storage
+    if storage is not None and storage.claim_name is not None:
+        name = storage.claim_name
+        label = f"PersistentVolumeClaim {name} (spec.checkpoint.storage.claimName)"
+        found.append((ref("PersistentVolumeClaim", name), label))
+    return found
+
+
+class Observer:
+    def __init__(self, api: KubeApi, settings: OperatorSettings) -> None:
+        self.api, self.settings = api, settings
+        self.ray_jobs: Mapping[Any, Any] = {}  # kopf index: (ns, job) -> [RayJob bodies]
+        self._blockers: dict[Key, Blockers] = {}
+        self._pods: dict[Key, PodCheck] = {}
+        self._pods_forbidden = False  # said once in the log, not every interval
+
+    async def observe(
+        self, key: Key, body: JSON, refused: tuple[ApplyFailure, ...] = ()
+    ) -> Observed:
+        uid = (body.get("metadata") or {}).get("uid")
+        ray_jobs = []
+        for obj in list(self.ray_jobs.get(key) or ()):
+            owner = next(
+                (r for r in obj["metadata"].get("ownerReferences") or [] if r.get("controller")),
+                None,
+            )
+            # Ours, or an orphan with our name (adopted on apply); never a former job's.
+            if owner is None or owner.get("uid") == uid:
+                ray_jobs.append(obj)
+        observed = Observed.of(ray_jobs)
+        blockers = await self._blockers_for(key, body, observed)
+        return replace(
+            observed,
+            missing_dependencies=blockers.missing,
+            conflicts=blockers.conflicts,
+            apply_failures=refused,
+            pods=await self._pods_for(key, body, observed),
+        )
+
+    def set_conflicts(self, key: Key, body: JSON, conflicts: tuple[str, ...]) -> None:
+        blockers = self._blockers.get(key) or Blockers(generation_of(body))
+        self._blockers[key] = replace(blockers, conflicts=conflicts)
+
+    async def _blockers_for(self, key: Key, body: JSON, observed: Observed) -> Blockers:
+        """Check referenced ConfigMaps/PVCs exist, only while the attempt's RayJob does not
+        (once pods run, they hold what they mounted), at most every dependency_retry_seconds."""
+        generation = generation_of(body)
+        known = self._blockers.get(key)
+        if observed.attempt(_attempt(body, observed)) is not None:
+            return Blockers(generation)
+        fresh = (
+            known is not None
+            and known.generation == generation
+            and (
+                not known.missing
+                or time.monotonic() - known.checked_at < self.settings.dependency_retry_seconds
+            )
+        )
+        if fresh and known is not None:
+            return known
+        missing = tuple(
+            [label for ref, label in dependencies(body) if await self.api.get(ref) is None]
+        )
+        conflicts = known.conflicts if known is not None and known.generation == generation else ()
+        self._blockers[key] = Blockers(generation, missing, conflicts, time.monotonic())
+        return self._blockers[key]
+
+    async def _pods_for(
+        self, key: Key, body: JSON, observed: Observed
+    ) -> tuple[PodObservation, ...]:
+        """The pods of the current attempt while it starts: first listed once it has started
+        for dependency_retry_seconds, then at most that often; none otherwise (a running
+        attempt's pods are KubeRay's business)."""
+        attempt = _attempt(body, observed)
+        current = observed.attempt(attempt)
+        if current is None or not current.starting:
+            self._pods.pop(key, None)
+            return ()
+        known = self._pods.get(key)
+        interval = self.settings.dependency_retry_seconds
+        if known is None or known.attempt != attempt:
+            # KubeRay has barely begun: most attempts run before the first look is due, and
+            # cost no request at all.
+            self._pods[key] = PodCheck(attempt, time.monotonic(), ())
+            return ()
+        if time.monotonic() - known.checked_at < interval:
+            return known.pods
+        selector = f"{JOB_LABEL}={key[1]},{ATTEMPT_LABEL}={attempt}"
+        try:
+            items = await self.api.list("v1", "Pod", key[0], label_selector=selector)
+        except ApiError as err:
+            if err.status != 403:
+                raise
+            # An install whose RBAC predates pod reads: status says less, nothing breaks.
+            if not self._pods_forbidden:
+                logger.warning("cannot list pods (RBAC), so status cannot say why: %s", err)
+                self._pods_forbidden = True
+            items = []
+        pods = tuple(PodObservation.from_object(item) for item in items)
+        self._pods[key] = PodCheck(attempt, time.monotonic(), pods)
+        return pods
+
+    def forget(self, key: Key) -> None:
+        self._blockers.pop(key, None)
+        self._pods.pop(key, None)
