@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from rlhf_trainer.config import FailureClass
+from rlhf_trainer.config import ExitCode, FailureClass
 
 from .api.v1alpha1 import ConditionReason, TrainerReport
 from .observed import PodObservation, PodTrouble, RayJobObservation
@@ -72,7 +72,15 @@ def classify(current: RayJobObservation, report: TrainerReport | None) -> Verdic
     """The class of a failed attempt; None while neither the trainer nor KubeRay has said
     (the caller waits a little for the trainer's report, then calls it Infrastructure)."""
     outcome = report.outcome if report is not None else None
-    if outcome is not None and outcome.attempt == current.attempt and outcome.failure_class:
+    # Exit 0 says the trainer succeeded whatever class is left beside it (a merge patch of a
+    # success that omits failureClass keeps an earlier attempt's).
+    succeeded = outcome is not None and outcome.exit_code == ExitCode.SUCCEEDED
+    if (
+        outcome is not None
+        and outcome.attempt == current.attempt
+        and outcome.failure_class
+        and not succeeded
+    ):
         detail = outcome.message or current.failure
         return Verdict(outcome.failure_class, outcome.exit_code, bounded(detail))
     code = exit_code_in(current.message)

@@ -147,6 +147,17 @@ TABLE = [
         next_ray_job="ppo-7b-r1",
     ),
     Row(
+        "a-success-keeps-an-earlier-class-beside-exit-0: still infrastructure",
+        [ray_job(1, **FAILED)],
+        Phase.PENDING,
+        {"Restarted": (T, "Retrying")},
+        restarts=2,
+        preemptions=1,
+        trainer=outcome(1, 0, "Preempted"),
+        status={"restarts": 1, "preemptions": 1},
+        next_ray_job="ppo-7b-r2",
+    ),
+    Row(
         "no-word-yet: waits for the trainer's outcome",
         [ray_job(0, **FAILED, endTime=_ago(3))],
         Phase.RUNNING,
