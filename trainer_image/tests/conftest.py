@@ -6,11 +6,15 @@ Keep this file additive: several test packages (models, data, rewards, distribut
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from rlhf_trainer.config import RandomInit
+from rlhf_trainer.config.output import ObjectStoreConfig
+
+S3_BUCKET = "rlhf-test"
 
 # Nothing can be downloaded here: fail fast on a Hub id instead of retrying for a minute.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -38,3 +42,23 @@ def tiny_reward_model_dir(tmp_path_factory: pytest.TempPathFactory, tiny_spec: R
     from rlhf_trainer.models.tiny import build_tiny_model
 
     return build_tiny_model(tiny_spec, tmp_path_factory.mktemp("tiny") / "reward", kind="reward")
+
+
+@pytest.fixture(scope="session")
+def s3_store() -> Iterator[ObjectStoreConfig]:
+    """moto's S3 server on loopback with bucket `rlhf-test`; the access keys it accepts are set
+    in the environment, as the operator sets them from the job's Secret."""
+    from moto.server import ThreadedMotoServer
+
+    from rlhf_trainer.objectstore import client
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("AWS_ACCESS_KEY_ID", "test")
+        env.setenv("AWS_SECRET_ACCESS_KEY", "test")
+        store = ObjectStoreConfig(endpoint_url=f"http://{host}:{port}")
+        client(store).create_bucket(Bucket=S3_BUCKET)
+        yield store
+    server.stop()

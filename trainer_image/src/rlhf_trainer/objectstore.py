@@ -30,7 +30,34 @@ OUTPUTS = ("final", "metrics.jsonl", "tensorboard")
 
 
 class ObjectStoreError(RuntimeError):
-    """An s3:// location could not be read or written (the message names it and why)."""
+    """An s3:// location could not be read or written (the message names it and why); the
+    network or the store may be to blame, so a retry may help."""
+
+
+class InputLocationError(ObjectStoreError):
+    """An input location the job names does not exist, is not readable with the job's
+    credentials, or cannot exist here (pvc:// outside a cluster): a retry cannot help."""
+
+
+# S3 error codes that say the location or the credentials are wrong, not the network.
+_NOT_RETRYABLE = frozenset(
+    {
+        "404",
+        "NoSuchKey",
+        "NoSuchBucket",
+        "403",
+        "AccessDenied",
+        "InvalidAccessKeyId",
+        "SignatureDoesNotMatch",
+    }
+)
+
+
+def inputs_cache_dir() -> Path:
+    """Where s3:// inputs are copied: `RLHF_CACHE_DIR`/inputs (default
+    `~/.cache/rlhf-operator/inputs`)."""
+    root = os.environ.get("RLHF_CACHE_DIR")
+    return Path(root) / "inputs" if root else Path.home() / ".cache" / "rlhf-operator" / "inputs"
 
 
 def client(store: ObjectStoreConfig | None) -> Any:
@@ -70,7 +97,11 @@ def download(uri: S3Uri, dest: Path, store: ObjectStoreConfig | None) -> Path:
             target.parent.mkdir(parents=True, exist_ok=True)
             s3.download_file(uri.bucket, key, str(target))
         return dest
-    except (BotoCoreError, ClientError) as err:
+    except ClientError as err:
+        code = str(err.response.get("Error", {}).get("Code", ""))
+        kind = InputLocationError if code in _NOT_RETRYABLE else ObjectStoreError
+        raise kind(f"cannot read {uri}: {err}") from err
+    except BotoCoreError as err:
         raise ObjectStoreError(f"cannot read {uri}: {err}") from err
 
 
@@ -108,7 +139,7 @@ def fetch_inputs(cfg: JobConfig, cache_dir: Path) -> JobConfig:
     fields = dict([*file_locations(cfg), *model_locations(cfg)])
     pvc = [f"{field}: {value!r}" for field, value in fields.items() if is_pvc(value)]
     if pvc:
-        raise ObjectStoreError(
+        raise InputLocationError(
             "pvc:// names a volume of a Kubernetes cluster, mounted by the operator in the job's "
             f"pods; outside a cluster give a local path or s3:// instead ({'; '.join(pvc)})"
         )

@@ -182,3 +182,32 @@ def test_kto_loss_falls_and_separates_desirable_from_undesirable(
     assert mean(loss[-4:]) < mean(loss[:4]) - 0.03, loss
     last = records[-4:]
     assert mean(series(last, "desirable_reward")) > mean(series(last, "undesirable_reward"))
+
+
+def test_s3_data_in_and_every_output_file_up_to_the_bucket(
+    ray_up: None, data_dir: Path, tiny_model_dir: Path, tmp_path: Path, s3_store: Any
+) -> None:
+    """The cluster's storage path without a cluster: the data comes from an s3:// location,
+    and once training ends the final model, metrics.jsonl and the TensorBoard logs are in the
+    bucket too (moto's S3 server), the model loadable from there."""
+    from rlhf_trainer.config.locations import parse_s3
+    from rlhf_trainer.objectstore import client, download
+
+    s3 = client(s3_store)
+    s3.upload_file(str(data_dir / "sft.jsonl"), "rlhf-test", "data/sft.jsonl")
+    job = offline_job("sft", tiny_model_dir, "s3://rlhf-test/data/sft.jsonl", steps=2, lr=1e-3)
+    doc = job.to_manifest()
+    doc["objectStore"] = s3_store.to_manifest()
+    doc["output"] = {"uri": "s3://rlhf-test/team-a/sft-s3"}
+    run_dir = tmp_path / "sft-s3"
+    assert run(JobConfig.model_validate(doc), data_dir, run_dir) == 0
+    listed = s3.list_objects_v2(Bucket="rlhf-test", Prefix="team-a/sft-s3/")["Contents"]
+    keys = {o["Key"].removeprefix("team-a/sft-s3/") for o in listed}
+    local = {str(p.relative_to(run_dir)) for p in run_dir.rglob("*") if p.is_file()}
+    outputs = {k for k in local if k.split("/")[0] in ("final", "tensorboard", "metrics.jsonl")}
+    assert {k for k in outputs if k.startswith("final/")}, local
+    assert keys == outputs
+    fetched = download(parse_s3("s3://rlhf-test/team-a/sft-s3/final"), tmp_path / "m", s3_store)
+    assert greedy(fetched, "Tell me about owls.", 4) == greedy(
+        run_dir / "final", "Tell me about owls.", 4
+    )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,29 +11,18 @@ import pytest
 from rlhf_trainer.config import JobConfig
 from rlhf_trainer.config.output import ObjectStoreConfig
 from rlhf_trainer.objectstore import (
-    ObjectStoreError,
+    InputLocationError,
     client,
     fetch_inputs,
     upload_outputs,
 )
 
-BUCKET = "rlhf-test"
+BUCKET = "rlhf-test"  # conftest.S3_BUCKET
 
 
-@pytest.fixture(scope="module")
-def store() -> Iterator[ObjectStoreConfig]:
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("AWS_ACCESS_KEY_ID", "test")
-        env.setenv("AWS_SECRET_ACCESS_KEY", "test")
-        cfg = ObjectStoreConfig(endpoint_url=f"http://{host}:{port}")
-        client(cfg).create_bucket(Bucket=BUCKET)
-        yield cfg
-    server.stop()
+@pytest.fixture
+def store(s3_store: ObjectStoreConfig) -> ObjectStoreConfig:
+    return s3_store
 
 
 def job(store: ObjectStoreConfig, **sections: Any) -> JobConfig:
@@ -103,7 +91,7 @@ def test_s3_inputs_are_fetched_once_and_the_config_points_at_them(
 
 def test_a_missing_object_names_the_location(store: ObjectStoreConfig, tmp_path: Path) -> None:
     cfg = job(store, data={"train": [{"path": f"s3://{BUCKET}/nope.jsonl"}]})
-    with pytest.raises(ObjectStoreError, match=rf"cannot read s3://{BUCKET}/nope.jsonl"):
+    with pytest.raises(InputLocationError, match=rf"cannot read s3://{BUCKET}/nope.jsonl"):
         fetch_inputs(cfg, tmp_path)
 
 
@@ -111,5 +99,5 @@ def test_pvc_locations_are_refused_outside_a_cluster(
     store: ObjectStoreConfig, tmp_path: Path
 ) -> None:
     cfg = job(store, data={"train": [{"path": "pvc://datasets/prompts.jsonl"}]})
-    with pytest.raises(ObjectStoreError, match=r"pvc:// names a volume .*data\.train\[0\]\.path"):
+    with pytest.raises(InputLocationError, match=r"pvc:// names a volume .*data\.train\[0\]\.path"):
         fetch_inputs(cfg, tmp_path)

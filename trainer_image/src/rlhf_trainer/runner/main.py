@@ -53,12 +53,19 @@ def run_job(
 ) -> RunResult:
     """Train `cfg` and tear everything down, whatever happens; raises what the train function
     raised (`RunFailed` once training began). `base_dir`: where the job's relative paths start."""
+    from rlhf_trainer.objectstore import fetch_inputs, inputs_cache_dir, upload_outputs
+
     dirs = run_dirs(cfg, name=name, base_dir=base_dir, run_dir=run_dir)
+    # s3:// inputs are fetched before anything starts: a missing object costs no cluster.
+    cfg = fetch_inputs(cfg, inputs_cache_dir())
     context = RunContext(cfg, name, base_dir, dirs, stop)
     try:
-        return train_function(cfg)(context)
+        result = train_function(cfg)(context)
     finally:
         context.close()
+    # After teardown, so metrics.jsonl and the TensorBoard files are complete.
+    upload_outputs(dirs.run, cfg)
+    return result
 
 
 def run_from_cli(

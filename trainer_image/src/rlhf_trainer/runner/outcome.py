@@ -8,7 +8,8 @@ errors, whether a retry can help:
   (`ModelLoadError`: not found, not loadable), the user's code (`RewardFunctionLoadError`: the
   reward function file is missing, does not import or lacks `reward_func`;
   `RewardFunctionCodeError`: it raised or returned something that is not rewards;
-  `AgentError`: the multi-turn agent file does not import, or its code raised).
+  `AgentError`: the multi-turn agent file does not import, or its code raised), an input
+  location that does not exist or is denied (`InputLocationError`).
 - `Preempted` (exit 75, retried without counting against backoffLimit): SIGTERM stopped the
   run at a step boundary, or Ray reports that a node was preempted under an actor.
 - `Infrastructure` (exit 1, retried within backoffLimit): everything else: a rank or a node
@@ -88,6 +89,7 @@ def _invalid_spec_errors() -> tuple[type[BaseException], ...]:
     from rlhf_trainer.data.sources import DataLoadError
     from rlhf_trainer.loop.rollout import AgentError
     from rlhf_trainer.models.loading import ModelLoadError
+    from rlhf_trainer.objectstore import InputLocationError
     from rlhf_trainer.rewards.function_runner import (
         RewardFunctionCodeError,
         RewardFunctionLoadError,
@@ -100,6 +102,7 @@ def _invalid_spec_errors() -> tuple[type[BaseException], ...]:
         RewardFunctionLoadError,
         RewardFunctionCodeError,
         AgentError,
+        InputLocationError,
     )
 
 
