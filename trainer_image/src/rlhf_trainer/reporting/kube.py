@@ -126,10 +126,13 @@ def outcome_status(
     keeping its end, where the error is."""
     if len(message) > MAX_MESSAGE:
         message = "..." + message[-(MAX_MESSAGE - 3) :]
-    body: dict[str, Any] = {"attempt": attempt, "exitCode": exit_code, "message": message}
-    if failure_class is not None:
-        body["failureClass"] = failure_class.value
-    return body
+    # An explicit null on success: a merge patch must clear an earlier attempt's class.
+    return {
+        "attempt": attempt,
+        "exitCode": exit_code,
+        "failureClass": failure_class.value if failure_class is not None else None,
+        "message": message,
+    }
 
 
 def report_outcome(
