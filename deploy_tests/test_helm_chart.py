@@ -28,6 +28,7 @@ from support.crd_schema import validator_for_crd
 OPERATOR_ENV = (
     "RLHF_OPERATOR_NAMESPACES",
     "RLHF_OPERATOR_DEFAULT_TRAINER_IMAGE",
+    "RLHF_OPERATOR_DEFAULT_STORAGE_SIZE",
     "RLHF_OPERATOR_METRICS_PORT",
     "RLHF_OPERATOR_HEALTH_PORT",
     "RLHF_OPERATOR_PEERING",
@@ -132,6 +133,7 @@ def test_operator_runs_with_the_settings_contract(
             {
                 "RLHF_OPERATOR_NAMESPACES": "",
                 "RLHF_OPERATOR_DEFAULT_TRAINER_IMAGE": "ghcr.io/rlhf-operator/rlhf-trainer:0.1.0",
+                "RLHF_OPERATOR_DEFAULT_STORAGE_SIZE": "50Gi",
                 "RLHF_OPERATOR_METRICS_PORT": "8080",
                 "RLHF_OPERATOR_HEALTH_PORT": "8081",
                 "RLHF_OPERATOR_PEERING": "",

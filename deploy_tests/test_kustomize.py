@@ -13,6 +13,8 @@ import pytest
 import yaml
 from helm_tool import REPO, Helm, Manifest, by_kind, kubectl_kustomize, one, parse_manifests
 
+from rlhf_operator.settings import OperatorSettings
+
 BASE = REPO / "manifests" / "base"
 OVERLAYS = {"base": BASE, "namespaced": REPO / "manifests" / "overlays" / "namespaced"}
 
@@ -127,16 +129,38 @@ def _example_dirs() -> list[Path]:
     return sorted(p.parent for p in (REPO / "manifests" / "examples").rglob("kustomization.yaml"))
 
 
+def _config_map_refs(spec: dict[str, Any]) -> list[dict[str, str]]:
+    sources = [*spec["data"].get("train", []), *spec["data"].get("eval", [])]
+    sources.append(spec["models"].get("rewardFunction") or {})
+    return [s["configMapRef"] for s in sources if "configMapRef" in s]
+
+
 @pytest.mark.parametrize("directory", _example_dirs(), ids=lambda p: p.name)
-def test_example_kustomizations_ship_what_their_job_references(
-    tools: Path, directory: Path
+def test_example_kustomizations_are_jobs_a_cluster_runs(
+    tools: Path, directory: Path, tmp_path: Path
 ) -> None:
-    """`kubectl apply -k` of an example creates every ConfigMap its RLHFJob mounts, under the
-    name and key the job gives (kustomize cannot rewrite names inside our CRD)."""
+    """`kubectl apply -k` of an example creates every ConfigMap its RLHFJobs mount, under the
+    name and key the jobs give (kustomize cannot rewrite names inside our CRD), and jobs the
+    operator accepts and renders into a RayJob that KubeRay's CRD accepts."""
+    from pure.kuberay import rayjob_errors
+    from rlhf_operator.render import render_file
+
     objects = kubectl_kustomize(directory)
-    job = one(objects, "RLHFJob")
     config_maps = {m["metadata"]["name"]: m for m in by_kind(objects, "ConfigMap")}
-    ref = job["spec"]["models"]["rewardFunction"]["configMapRef"]
-    assert ref["key"] in config_maps[ref["name"]]["data"]
-    code = config_maps[ref["name"]]["data"][ref["key"]]
-    compile(code, ref["key"], "exec")  # the reward function is valid Python
+    jobs = by_kind(objects, "RLHFJob")
+    assert jobs
+    for job in jobs:
+        refs = _config_map_refs(job["spec"])
+        assert refs, job["metadata"]["name"]
+        for ref in refs:
+            assert ref["key"] in config_maps[ref["name"]]["data"], ref
+            if ref["key"].endswith(".py"):
+                code = config_maps[ref["name"]]["data"][ref["key"]]
+                compile(code, ref["key"], "exec")  # the reward function is valid Python
+    rendered_path = tmp_path / "jobs.yaml"
+    rendered_path.write_text(yaml.safe_dump_all(jobs))
+    settings = OperatorSettings(default_trainer_image="rlhf-trainer:test", instance="test")
+    for rendered in render_file(rendered_path, settings):
+        assert not rendered.problems, rendered.problems
+        [ray_job] = [o for o in rendered.objects if o["kind"] == "RayJob"]
+        assert rayjob_errors(ray_job) == []

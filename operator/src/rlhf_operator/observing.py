@@ -14,9 +14,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from rlhf_trainer.config import JobSpec
-
+from .api.v1alpha1 import RLHFJob
 from .builders.common import ATTEMPT_LABEL, JOB_LABEL
+from .builders.volumes import referenced_objects
 from .kube import ApiError, KubeApi
 from .observed import ApplyFailure, Observed, PodObservation
 from .settings import OperatorSettings
@@ -60,31 +60,21 @@ def _attempt(body: Mapping[str, Any], observed: Observed) -> int:
 
 
 def dependencies(body: Mapping[str, Any]) -> list[tuple[JSON, str]]:
-    """Objects the spec references that the pods cannot start without: (object ref, label)."""
+    """Objects the spec references that the pods cannot start without: (object ref, label).
+    The same list the pods mount (builders/volumes.py); Secrets are not read by the operator:
+    a missing one shows on the pods (CreateContainerConfigError)."""
     try:
-        spec = JobSpec.model_validate(body.get("spec") or {})
+        job = RLHFJob.model_validate({**body, "status": None})
     except ValidationError:
         return []
     namespace = job_key(body)[0]
-
-    def ref(kind: str, name: str) -> JSON:
-        return {
-            "apiVersion": "v1",
-            "kind": kind,
-            "metadata": {"name": name, "namespace": namespace},
-        }
-
-    found: list[tuple[JSON, str]] = []
-    reward = spec.models.reward_function
-    if reward is not None and reward.config_map_ref is not None:
-        name = reward.config_map_ref.name
-        found.append((ref("ConfigMap", name), f"ConfigMap {name} (spec.models.rewardFunction)"))
-    storage = spec.checkpoint.storage
-    if storage is not None and storage.claim_name is not None:
-        name = storage.claim_name
-        label = f"PersistentVolumeClaim {name} (spec.checkpoint.storage.claimName)"
-        found.append((ref("PersistentVolumeClaim", name), label))
-    return found
+    return [
+        (
+            {"apiVersion": "v1", "kind": kind, "metadata": {"name": name, "namespace": namespace}},
+            f"{kind} {name} ({why})",
+        )
+        for kind, name, why in referenced_objects(job)
+    ]
 
 
 class Observer:

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from rlhf_trainer.config import JobSpec, validation_messages
+from rlhf_trainer.config import JobSpec, cluster_problems, validation_messages
 from rlhf_trainer.config.loading import NAME_MAX_LENGTH, NAME_PATTERN
 
 from .api.v1alpha1 import (
@@ -80,9 +80,12 @@ def spec_problems(body: Mapping[str, Any]) -> list[str]:
             f"(children are named after it); got {name!r}"
         )
     try:
-        JobSpec.model_validate(body.get("spec") or {})
+        spec = JobSpec.model_validate(body.get("spec") or {})
     except ValidationError as err:
         problems += validation_messages(err, prefix="spec")
+        return problems
+    # What `rlhf run` can run but no pod can (`rlhf validate --cluster` says the same).
+    problems += [p.render("spec") for p in cluster_problems(spec)]
     return problems
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from rlhf_trainer.config import load_file
+from rlhf_trainer.config import cluster_problems, load_file
 
 from .api.v1alpha1 import RLHFJob
 from .builders.children import render_children
@@ -58,6 +58,12 @@ def render_file(
                     problems=["<root>: a bare job config; render needs an RLHFJob manifest"],
                 )
             )
+            continue
+        # The operator refuses what no pod can run (a file of the author's machine): so does
+        # the dry run.
+        cluster = [p.render("spec") for p in cluster_problems(loaded.spec)]
+        if cluster:
+            out.append(Rendered(loaded.source, loaded.name, problems=cluster))
             continue
         job = RLHFJob(
             metadata={

@@ -7,8 +7,11 @@ lives in `kopf_settings.py`, beside the other kopf-facing code.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+
+from rlhf_trainer.config.names import STORAGE_QUANTITY
 
 from .api.v1alpha1 import GROUP
 
@@ -31,6 +34,8 @@ class OperatorSettings:
     namespaces: tuple[str, ...] = ()
     # Trainer image used when an RLHFJob has no spec.image.
     default_trainer_image: str | None = None
+    # Size of the storage PVC created for an RLHFJob without spec.checkpoint.storage.
+    default_storage_size: str = "50Gi"
     # Prometheus /metrics; 0 disables it.
     metrics_port: int = 8080
     # kopf's liveness endpoint is served at http://0.0.0.0:<health_port>/healthz; 0 disables.
@@ -88,6 +93,9 @@ class OperatorSettings:
         return cls(
             namespaces=namespaces,
             default_trainer_image=get("DEFAULT_TRAINER_IMAGE"),
+            default_storage_size=_quantity(
+                get, "DEFAULT_STORAGE_SIZE", defaults.default_storage_size
+            ),
             metrics_port=_port(get, "METRICS_PORT", defaults.metrics_port),
             health_port=_port(get, "HEALTH_PORT", defaults.health_port),
             peering=get("PEERING"),
@@ -106,6 +114,17 @@ class OperatorSettings:
                 get, "WATCH_CLIENT_TIMEOUT", defaults.watch_client_timeout
             ),
         )
+
+
+def _quantity(get: _Getter, name: str, default: str) -> str:
+    raw = get(name)
+    if raw is None:
+        return default
+    if not re.fullmatch(STORAGE_QUANTITY, raw):
+        raise SettingsError(
+            f"{ENV_PREFIX}{name}: must be a storage quantity such as 50Gi (got {raw!r})"
+        )
+    return raw
 
 
 def _int(get: _Getter, name: str, default: int | None) -> int | None:

@@ -40,6 +40,7 @@ from .api.v1alpha1 import (
     TrainerReport,
 )
 from .builders.common import ray_job_name
+from .builders.volumes import job_output
 from .conditions import (
     STOPPING_FAILURES,
     TERMINAL_FAILURES,
@@ -132,11 +133,17 @@ def evaluate(
         current = observed.attempt(prev.restarts)
         ray_job = ray_job_ref(ray_job_name(job.name, prev.restarts), current)
         status = base.model_copy(update={"conditions": conds.as_list(), "ray_job": ray_job})
-        return Evaluation(status)
+        return Evaluation(_with_output(job, status))
     _children_applied(conds, observed)
     machine = Machine(job, observed, trainer_report, conds, now)
     status = base.model_copy(update=machine.run(prev, gpus))
-    return Evaluation(status, machine.wake_at)
+    return Evaluation(_with_output(job, status), machine.wake_at)
+
+
+def _with_output(job: RLHFJob, status: RLHFJobStatus) -> RLHFJobStatus:
+    """`status.output` once the job succeeded: its results exist then, and stay."""
+    output = job_output(job) if status.phase is Phase.SUCCEEDED else None
+    return status.model_copy(update={"output": output})
 
 
 def invalid_status(

@@ -37,7 +37,7 @@ async def test_failed_attempts_retry_with_a_fresh_rayjob_until_backoff_limit(
     assert "NCCL timeout" in restarted["message"]
     assert "resumes from the latest checkpoint" in restarted["message"]
     [attempt1] = c.ray_jobs("ppo-r")
-    assert attempt1["spec"]["entrypoint"].endswith("--resume auto")
+    assert "--resume auto --run-dir /storage/ppo-r/output" in attempt1["spec"]["entrypoint"]
     head = attempt1["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
     env = head["containers"][0]["env"]
     assert {"name": "RLHF_JOB_ATTEMPT", "value": "1"} in env

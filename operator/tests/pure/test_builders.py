@@ -20,7 +20,7 @@ from rlhf_operator.builders.children import render_children
 from rlhf_operator.builders.common import BuildError, multiply_quantity
 from rlhf_operator.render import render_file, to_yaml
 from rlhf_operator.settings import OperatorSettings
-from support.examples import example_files
+from support.examples import example_files, local_only_examples
 
 from .factories import make_job
 from .kuberay import rayjob_errors
@@ -49,7 +49,10 @@ def test_golden(path: Path) -> None:
 
 
 def _example_and_fixture_files() -> list[Path]:
-    return FIXTURE_FILES + example_files()
+    """The fixtures and every example a cluster can take as written; the tiny CPU examples
+    name files beside them, so a cluster takes them through their kustomization (rendered in
+    deploy_tests/test_kustomize.py)."""
+    return FIXTURE_FILES + [p for p in example_files() if p not in local_only_examples()]
 
 
 @pytest.mark.parametrize("path", _example_and_fixture_files(), ids=lambda p: p.stem)
@@ -126,9 +129,11 @@ def test_role_allows_patching_only_this_jobs_status() -> None:
 
 def test_configmap_holds_the_pod_view_of_the_job_config() -> None:
     config = yaml.safe_load(_objects("grpo-hybrid-reward-fn")["ConfigMap"]["data"]["job.yaml"])
-    assert config["models"]["rewardFunction"]["path"] == "/etc/rlhf-reward/reward_func.py"
+    path = "/inputs/configmap/math-reward/reward_func.py"
+    assert config["models"]["rewardFunction"]["path"] == path
     assert "configMapRef" not in config["models"]["rewardFunction"]
-    assert config["checkpoint"]["dir"] == "/checkpoints"
+    # The user's claim (shared-checkpoints) may hold several jobs: each writes in its own dir.
+    assert config["checkpoint"]["dir"] == "/storage/grpo-math/checkpoints"
     # Kubernetes-only parts stay out of the trainer's file.
     assert "runPolicy" not in config and "image" not in config
     # ...and what remains is a valid job config.
@@ -141,7 +146,8 @@ def test_rayjob_pods() -> None:
     ray_job = _objects("ppo-7b-paper")["RayJob"]
     spec = ray_job["spec"]
     assert spec["entrypoint"] == (
-        "python -m rlhf_trainer run --config /etc/rlhf/job.yaml --resume auto"
+        "python -m rlhf_trainer run --config /etc/rlhf/job.yaml --resume auto "
+        "--run-dir /storage/ppo-7b/output"
     )
     assert (spec["shutdownAfterJobFinishes"], spec["backoffLimit"]) == (True, 0)
     # Queued (Kueue): created suspended, Kueue admits by unsuspending.
@@ -165,11 +171,12 @@ def test_rayjob_pods() -> None:
     env = {e["name"]: e for e in pod["containers"][0]["env"]}
     assert env["RLHF_JOB_NAME"]["value"] == "ppo-7b"  # the spec cannot override it
     assert env["RLHF_JOB_NAMESPACE"]["value"] == "team-a"
-    assert env["RLHF_CHECKPOINT_DIR"]["value"] == "/checkpoints"
+    assert env["RLHF_CHECKPOINT_DIR"]["value"] == "/storage/ppo-7b/checkpoints"
+    assert env["RAY_JOB_STOP_WAIT_TIME_S"]["value"] == "300"  # the pods' grace period
     assert env["HF_TOKEN"]["valueFrom"] == {"secretKeyRef": {"name": "hf-token", "key": "token"}}
     assert env["WANDB_API_KEY"]["valueFrom"]["secretKeyRef"]["name"] == "wandb"
     volumes = {v["name"]: v for v in pod["volumes"]}
-    assert volumes["checkpoints"]["persistentVolumeClaim"]["claimName"] == "ppo-7b-checkpoints"
+    assert volumes["storage"]["persistentVolumeClaim"]["claimName"] == "ppo-7b-checkpoints"
     assert volumes["job-config"]["configMap"]["name"] == "ppo-7b-config"
 
 
@@ -189,15 +196,15 @@ def test_pods_get_the_grace_to_checkpoint_on_preemption(policy: dict[str, Any], 
 
 def test_custom_accelerators_and_resume_policy() -> None:
     ray_job = _objects("grpo-hybrid-reward-fn")["RayJob"]
-    assert ray_job["spec"]["entrypoint"].endswith("--resume never")
+    assert "--resume never --run-dir /storage/grpo-math/output" in ray_job["spec"]["entrypoint"]
     [workers] = ray_job["spec"]["rayClusterSpec"]["workerGroupSpecs"]
     assert workers["rayStartParams"] == {"num-gpus": "8", "resources": "'{\"accel\": 8}'"}
     pod = workers["template"]["spec"]
     assert pod["containers"][0]["resources"]["limits"]["amd.com/gpu"] == "8"
     assert pod["schedulerName"] == "volcano"
     volumes = {v["name"]: v for v in pod["volumes"]}
-    assert volumes["checkpoints"]["persistentVolumeClaim"]["claimName"] == "shared-checkpoints"
-    assert volumes["reward-function"]["configMap"] == {
+    assert volumes["storage"]["persistentVolumeClaim"]["claimName"] == "shared-checkpoints"
+    assert volumes["input-configmap-0"]["configMap"] == {
         "name": "math-reward",
         "items": [{"key": "reward_func.py", "path": "reward_func.py"}],
     }

@@ -252,3 +252,14 @@ def test_operator_gpus_equal_trainer_devices(raw: dict[str, Any]) -> None:
     models = len(spec.models.reward_models) if spec.algorithm.name.is_online else 0
     placed_rewards = [r for r in trainer.roles() if r.startswith(REWARD)]
     assert placed_rewards == [reward_role(i) for i in range(models)]
+
+
+def test_examples_a_cluster_cannot_take_as_written_ship_through_their_kustomization() -> None:
+    from rlhf_trainer.config import cluster_problems, load_file
+    from support.examples import local_only_examples
+
+    for path in example_files():
+        [job] = load_file(path)
+        assert job.config is not None
+        if cluster_problems(job.config):
+            assert path in local_only_examples(), path

@@ -50,8 +50,18 @@ def test_every_helm_variable() -> None:
         ({"RLHF_OPERATOR_HEALTH_PORT": "70000"}, "RLHF_OPERATOR_HEALTH_PORT: must be a TCP port"),
         ({"RLHF_OPERATOR_LOG_LEVEL": "chatty"}, "RLHF_OPERATOR_LOG_LEVEL: must be one of"),
         ({"RLHF_OPERATOR_API_RETRY_SECONDS": "-1"}, "RLHF_OPERATOR_API_RETRY_SECONDS: must be > 0"),
+        (
+            {"RLHF_OPERATOR_DEFAULT_STORAGE_SIZE": "50 GB"},
+            "RLHF_OPERATOR_DEFAULT_STORAGE_SIZE: must be a storage quantity",
+        ),
     ],
-    ids=["port-not-a-number", "port-out-of-range", "unknown-log-level", "negative-delay"],
+    ids=[
+        "port-not-a-number",
+        "port-out-of-range",
+        "unknown-log-level",
+        "negative-delay",
+        "storage-size",
+    ],
 )
 def test_bad_values_name_the_variable(env: dict[str, str], message: str) -> None:
     with pytest.raises(SettingsError, match=message):

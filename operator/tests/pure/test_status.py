@@ -225,7 +225,8 @@ def test_missing_dependency_waits_without_a_rayjob() -> None:
     )
     assert decision.waiting is not None and "math-reward" in decision.waiting
     kinds = [d.kind for d in decision.apply]
-    assert kinds == ["ServiceAccount", "Role", "RoleBinding", "ConfigMap"]
+    # Everything but the RayJob: the storage PVC the pods will mount too.
+    assert kinds == ["ServiceAccount", "Role", "RoleBinding", "ConfigMap", "PersistentVolumeClaim"]
     assert [e.reason for e in decision.events] == [EventReason.DEPENDENCY_MISSING]
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import yaml
+
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLES = REPO / "manifests" / "examples"
 # Kustomize's own files and the tiny task's data are not jobs.
@@ -23,6 +25,13 @@ def example_files() -> list[Path]:
 
 def example_id(path: Path) -> str:
     return str(path.relative_to(EXAMPLES))
+
+
+def local_only_examples() -> list[Path]:
+    """Examples that name files beside them (for `rlhf run`): a cluster takes them through
+    manifests/examples/kustomization.yaml, which ships those files in a ConfigMap."""
+    kustomization = yaml.safe_load((EXAMPLES / "kustomization.yaml").read_text())
+    return sorted(EXAMPLES / name for name in kustomization["resources"])
 
 
 def kustomize_dirs() -> list[Path]:

@@ -22,7 +22,7 @@ from typing import Any
 
 from rlhf_trainer.config import JobConfig
 from rlhf_trainer.config.location_rules import file_locations, model_locations
-from rlhf_trainer.config.locations import S3Uri, is_pvc, is_s3, parse_s3
+from rlhf_trainer.config.locations import S3Uri, is_pvc, is_s3, parse_s3, set_field
 from rlhf_trainer.config.output import ObjectStoreConfig
 
 # What a run leaves that must outlive it, relative to the run directory.
@@ -152,17 +152,8 @@ def fetch_inputs(cfg: JobConfig, cache_dir: Path) -> JobConfig:
         return cfg
     doc = cfg.to_manifest()
     for field, path in local.items():
-        _set(doc, field, path)
+        set_field(doc, field, path)
     return JobConfig.model_validate(doc)
-
-
-def _set(doc: dict[str, Any], field: str, value: str) -> None:
-    """Set a camelCase path such as `data.train[0].path` in a manifest dict."""
-    node: Any = doc
-    parts = field.replace("]", "").replace("[", ".").split(".")
-    for part in parts[:-1]:
-        node = node[int(part)] if part.isdigit() else node[part]
-    node[parts[-1]] = value
 
 
 def upload_outputs(run_dir: Path, cfg: JobConfig) -> list[str]:

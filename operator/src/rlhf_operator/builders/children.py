@@ -37,7 +37,7 @@ def render_children(
         build_role_binding(job),
         build_config_map(job),
     ]
-    pvc = build_pvc(job)
+    pvc = build_pvc(job, settings)
     if pvc is not None:
         support.append(pvc)
     ray_job = build_ray_job(

@@ -21,8 +21,6 @@ KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 CONFIG_DIR = "/etc/rlhf"
 CONFIG_KEY = "job.yaml"
 CONFIG_PATH = f"{CONFIG_DIR}/{CONFIG_KEY}"
-REWARD_FUNCTION_DIR = "/etc/rlhf-reward"
-CHECKPOINT_DIR = "/checkpoints"
 
 # Non-root: the trainer image runs as this user (its Dockerfile creates it).
 RUN_AS_USER = 1000

@@ -6,30 +6,28 @@ from typing import Any
 
 import yaml
 
+from rlhf_trainer.config.locations import set_field
+
 from ..api.v1alpha1 import RLHFJob
-from .common import (
-    CHECKPOINT_DIR,
-    CONFIG_KEY,
-    JSON,
-    REWARD_FUNCTION_DIR,
-    config_map_name,
-    metadata,
-)
+from .common import CONFIG_KEY, JSON, config_map_name, metadata
+from .volumes import checkpoint_dir, config_map_path, pod_locations
 
 
 def pod_job_config(job: RLHFJob) -> dict[str, Any]:
-    """`spec.job_config()` as a manifest, with paths rewritten for the pod.
-
-    - A reward function from a ConfigMap is mounted (see rayjob.py) at a fixed directory, so
-      the trainer gets a plain `path` to the file instead of the reference.
-    - Checkpoints go to the checkpoint volume (the PVC, or pod-local scratch without one).
-    """
+    """`spec.job_config()` as a manifest, with locations rewritten for the pod (volumes.py
+    mounts them): a `pvc://` location becomes the path of its mount, a `configMapRef` file
+    (data, reward function) a plain `path` to the mounted file, and checkpoints go to the
+    job's directory on its storage volume."""
     config = job.spec.job_config().to_manifest()
-    reward_function = config["models"].get("rewardFunction")
-    if reward_function and "configMapRef" in reward_function:
-        ref = reward_function.pop("configMapRef")
-        reward_function["path"] = f"{REWARD_FUNCTION_DIR}/{ref['key']}"
-    config["checkpoint"]["dir"] = CHECKPOINT_DIR
+    for field, path in pod_locations(job).items():
+        set_field(config, field, path)
+    sources = [*config["data"].get("train", []), *config["data"].get("eval", [])]
+    sources.append(config["models"].get("rewardFunction") or {})
+    for source in sources:
+        if "configMapRef" in source:
+            ref = source.pop("configMapRef")
+            source["path"] = config_map_path(ref["name"], ref["key"])
+    config["checkpoint"]["dir"] = checkpoint_dir(job)
     return config
 
 

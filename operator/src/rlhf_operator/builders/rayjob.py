@@ -2,10 +2,9 @@
 
 Its embedded `rayClusterSpec` has a head pod without devices (the trainer's driver runs there)
 and one worker group per pod shape of the placement plan. Every pod mounts the job ConfigMap at
-/etc/rlhf, the checkpoint volume at /checkpoints (the PVC; pod-local scratch without one), and
-the reward-function ConfigMap when the spec names one. KubeRay shuts the Ray cluster down as
-soon as the job finishes, which frees the GPUs; retries are fresh RayJobs made by the operator,
-so KubeRay's own `backoffLimit` stays 0.
+/etc/rlhf, the job's storage volume at /storage and its inputs (volumes.py). KubeRay shuts the
+Ray cluster down as soon as the job finishes, which frees the GPUs; retries are fresh RayJobs
+made by the operator, so KubeRay's own `backoffLimit` stays 0.
 """
 
 from __future__ import annotations
@@ -14,18 +13,16 @@ import json
 from typing import Any
 
 from rlhf_trainer.config import Device
+from rlhf_trainer.config.checkpoint import AccessMode
 
 from ..api.v1alpha1 import Allocation, RLHFJob, WorkerGroupAllocation
 from ..settings import OperatorSettings
 from .common import (
     ATTEMPT_LABEL,
-    CHECKPOINT_DIR,
-    CONFIG_DIR,
     CONFIG_PATH,
+    JOB_LABEL,
     JSON,
     KUEUE_QUEUE_LABEL,
-    REWARD_FUNCTION_DIR,
-    config_map_name,
     container_security_context,
     labels,
     metadata,
@@ -35,72 +32,26 @@ from .common import (
     service_account_name,
     trainer_image,
 )
-from .pvc import checkpoint_claim_name
+from .env import trainer_env
+from .volumes import output_dir, storage_access_mode
+from .volumes import volumes as pod_volumes
 
 HEAD_PORTS = [
     {"name": "gcs-server", "containerPort": 6379},
     {"name": "dashboard", "containerPort": 8265},
     {"name": "client", "containerPort": 10001},
 ]
-# Names the operator sets in the trainer's environment; spec.env cannot override them.
-RESERVED_ENV = ("RLHF_JOB_NAME", "RLHF_JOB_NAMESPACE", "RLHF_JOB_ATTEMPT", "RLHF_CHECKPOINT_DIR")
 
 
 def entrypoint(job: RLHFJob) -> str:
     # `--resume` follows spec.checkpoint.resume (auto by default): every attempt, first or
     # retried or resumed after a suspension, continues from the newest complete checkpoint.
+    # `--run-dir`: the final model, metrics and logs go to the job's storage volume, where
+    # they outlive the pods.
     return (
         f"python -m rlhf_trainer run --config {CONFIG_PATH} "
-        f"--resume {job.spec.checkpoint.resume.value}"
+        f"--resume {job.spec.checkpoint.resume.value} --run-dir {output_dir(job)}"
     )
-
-
-def trainer_env(job: RLHFJob, attempt: int) -> list[JSON]:
-    env: list[JSON] = [e.to_manifest() for e in job.spec.env if e.name not in RESERVED_ENV]
-    secrets = job.spec.secrets
-    for var, ref in (("HF_TOKEN", secrets.hf_token), ("WANDB_API_KEY", secrets.wandb_api_key)):
-        if ref is not None:
-            env.append({"name": var, "valueFrom": {"secretKeyRef": ref.to_manifest()}})
-    env += [
-        {"name": "RLHF_JOB_NAME", "value": job.name},
-        {"name": "RLHF_JOB_NAMESPACE", "value": job.namespace},
-        {"name": "RLHF_JOB_ATTEMPT", "value": str(attempt)},
-        {"name": "RLHF_CHECKPOINT_DIR", "value": CHECKPOINT_DIR},
-    ]
-    return env
-
-
-def _volumes(job: RLHFJob) -> tuple[list[JSON], list[JSON]]:
-    """(pod volumes, container mounts) shared by head and workers."""
-    volumes: list[JSON] = [
-        {"name": "job-config", "configMap": {"name": config_map_name(job.name)}},
-        # Ray, NCCL and vLLM move tensors through shared memory; the default 64 MiB is too small.
-        {"name": "dshm", "emptyDir": {"medium": "Memory"}},
-    ]
-    mounts: list[JSON] = [
-        {"name": "job-config", "mountPath": CONFIG_DIR, "readOnly": True},
-        {"name": "dshm", "mountPath": "/dev/shm"},
-        {"name": "checkpoints", "mountPath": CHECKPOINT_DIR},
-    ]
-    claim = checkpoint_claim_name(job)
-    if claim is not None:
-        volumes.append({"name": "checkpoints", "persistentVolumeClaim": {"claimName": claim}})
-    else:
-        # No storage: checkpoints live and die with the pod, so retries start over.
-        volumes.append({"name": "checkpoints", "emptyDir": {}})
-    reward_function = job.spec.models.reward_function
-    if reward_function is not None and reward_function.config_map_ref is not None:
-        ref = reward_function.config_map_ref
-        volumes.append(
-            {
-                "name": "reward-function",
-                "configMap": {"name": ref.name, "items": [{"key": ref.key, "path": ref.key}]},
-            }
-        )
-        mounts.append(
-            {"name": "reward-function", "mountPath": REWARD_FUNCTION_DIR, "readOnly": True}
-        )
-    return volumes, mounts
 
 
 def _pod_template(
@@ -114,7 +65,7 @@ def _pod_template(
     ports: list[JSON] | None = None,
 ) -> JSON:
     p = job.spec.placement
-    volumes, mounts = _volumes(job)
+    volumes, mounts = pod_volumes(job)
     container: JSON = {
         "name": container_name,
         "image": trainer_image(job, settings),
@@ -224,6 +175,20 @@ def _submitter_template(job: RLHFJob, settings: OperatorSettings, attempt: int) 
     return template
 
 
+def _beside_worker(job: RLHFJob, attempt: int) -> JSON:
+    worker = {JOB_LABEL: job.name, "app.kubernetes.io/component": "ray-worker"}
+    return {
+        "podAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "labelSelector": {"matchLabels": {**worker, ATTEMPT_LABEL: str(attempt)}},
+                    "topologyKey": "kubernetes.io/hostname",
+                }
+            ]
+        }
+    }
+
+
 def build_ray_job(
     job: RLHFJob,
     allocation: Allocation,
@@ -235,7 +200,7 @@ def build_ray_job(
     """The RayJob of attempt `attempt` (0 first, +1 per retry)."""
     p = job.spec.placement
     head_amounts = {"cpu": p.resources.head_cpu, "memory": p.resources.head_memory}
-    head = {
+    head: JSON = {
         "serviceType": "ClusterIP",
         # The head schedules no training work: all devices are on workers.
         "rayStartParams": {"dashboard-host": "0.0.0.0", "num-gpus": "0"},
@@ -249,6 +214,10 @@ def build_ray_job(
             ports=HEAD_PORTS,
         ),
     }
+    if storage_access_mode(job) is AccessMode.READ_WRITE_ONCE:
+        # A ReadWriteOnce volume attaches to one node, and the rules allow it only for a job
+        # with one worker pod: the head follows that worker (the worker needs the GPU node).
+        head["template"]["spec"]["affinity"] = _beside_worker(job, attempt)
     meta = metadata(job, ray_job_name(job.name, attempt), "rayjob")
     meta["labels"][ATTEMPT_LABEL] = str(attempt)
     if p.queue_name:

@@ -8,7 +8,7 @@ from typing import Self
 from pydantic import Field, model_validator
 
 from .base import ConfigModel
-from .names import DNS_SUBDOMAIN
+from .names import DNS_SUBDOMAIN, STORAGE_QUANTITY
 
 
 class ResumePolicy(StrEnum):
@@ -28,7 +28,7 @@ class CheckpointStorage(ConfigModel):
     `size`; without this section the operator creates one of its default size."""
 
     claim_name: str | None = Field(None, min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)
-    size: str | None = Field(None, pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$")
+    size: str | None = Field(None, pattern=STORAGE_QUANTITY)
     storage_class_name: str | None = Field(
         None, min_length=1, max_length=253, pattern=DNS_SUBDOMAIN
     )

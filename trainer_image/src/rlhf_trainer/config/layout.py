@@ -183,10 +183,12 @@ def layout_problems(cfg: JobConfig) -> list[Problem]:
             )
         else:
             flag = "colocateActorReference" if ACTOR in shared else "colocateCriticReward"
+            first, second = (f"{role}Gpus" for role in shared)
             out.append(
                 Problem(
                     f"placement.{flag}",
-                    f"colocated roles share devices, so they need the same count; got {shown}",
+                    f"needs {first} == {second}: colocated roles share devices "
+                    f"(got {roles[shared[0]]} and {roles[shared[1]]})",
                 )
             )
     if ROLLOUT in roles and tp > p.gpus_per_node:

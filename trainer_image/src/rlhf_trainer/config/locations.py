@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 PVC_SCHEME, S3_SCHEME = "pvc://", "s3://"
 # A PVC name is a DNS-1123 subdomain; an S3 bucket name is 3-63 lower-case letters, digits,
@@ -81,3 +82,13 @@ def location_problem(value: str) -> str | None:
 def is_relative_local(value: str) -> bool:
     """A path on the author's machine, relative to the manifest's directory: no pod has it."""
     return not (is_pvc(value) or is_s3(value) or value.startswith(("/", "~")))
+
+
+def set_field(doc: dict[str, Any], field: str, value: str) -> None:
+    """Set a camelCase path such as `data.train[0].path` in a manifest dict: how the trainer
+    (a fetched s3:// copy) and the operator (a pod's mount) point a location elsewhere."""
+    node: Any = doc
+    parts = field.replace("]", "").replace("[", ".").split(".")
+    for part in parts[:-1]:
+        node = node[int(part)] if part.isdigit() else node[part]
+    node[parts[-1]] = value

@@ -13,6 +13,8 @@ DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 # A key inside a ConfigMap or Secret.
 DATA_KEY = r"^[-._a-zA-Z0-9]{1,253}$"
+# A storage size (a Kubernetes quantity in bytes: no milli).
+STORAGE_QUANTITY = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$"
 # A Kubernetes extended resource: a domain-prefixed name such as nvidia.com/gpu.
 EXTENDED_RESOURCE = (
     r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"

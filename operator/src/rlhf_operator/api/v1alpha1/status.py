@@ -185,6 +185,18 @@ class Usage(ConfigModel):
     )
 
 
+class JobOutput(ConfigModel):
+    """Where a succeeded job's results are; they outlive its pods. `pvc://<claim>/<path>`
+    locations can be given as another job's model or data (`models.actor.pretrained`)."""
+
+    model: str | None = Field(None, description="The final model, Hugging Face format.")
+    metrics: str | None = Field(None, description="metrics.jsonl, one record per step.")
+    tensorboard: str | None = None
+    uploaded: str | None = Field(
+        None, description="spec.output.uri: the s3:// copy of final/, metrics and logs."
+    )
+
+
 class RLHFJobStatus(ConfigModel):
     phase: Phase = Phase.PENDING
     conditions: list[Condition] = Field(default_factory=list)
@@ -206,3 +218,4 @@ class RLHFJobStatus(ConfigModel):
     completion_time: str | None = None
     message: str | None = None
     usage: Usage | None = None
+    output: JobOutput | None = None
