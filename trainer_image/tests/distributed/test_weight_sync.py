@@ -19,7 +19,10 @@ import torch
 from rlhf_trainer.config import JobConfig
 from rlhf_trainer.models.loading import load_tokenizer, resolve_model_dir
 
-PROMPTS = ["Repeat the letter a.", "The quick brown fox", "Reinforcement learning", "b b"]
+# The last prompt spans several KV-cache blocks (vLLM's CPU block is 128 tokens at most): with
+# prefix caching on, its blocks cached before the update must not be served after it.
+LONG_PROMPT = " ".join(["reinforcement learning from human feedback"] * 16)
+PROMPTS = ["Repeat the letter a.", "The quick brown fox", "Reinforcement learning", LONG_PROMPT]
 
 
 def job(**placement: Any) -> JobConfig:
@@ -100,10 +103,12 @@ def check_sync_after_update(cluster: Any, tokenizer: Any, tmp_path: Path) -> str
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     prompts = [tokenizer.encode(p) for p in PROMPTS]
     greedy = SamplingSettings(1, 12, 0.0, 1.0, -1, (), (eos,))
-    before = [g[0].token_ids for g in cluster.generate(prompts, [0] * 4, greedy, pad)]
+    assert len(prompts[-1]) > 256, len(prompts[-1])  # more than one cache block
+    n = len(prompts)
+    before = [g[0].token_ids for g in cluster.generate(prompts, [0] * n, greedy, pad)]
 
     sampled = SamplingSettings(2, 12, 1.0, 1.0, -1, (), (eos,))
-    rollouts = cluster.generate(prompts, [1, 2, 3, 4], sampled, pad)
+    rollouts = cluster.generate(prompts, list(range(1, n + 1)), sampled, pad)
     samples = [
         Sample(i, p, g.token_ids, [1] * len(g.token_ids), g.finish_reason)
         for i, (p, group) in enumerate(zip(prompts, rollouts, strict=True))
@@ -118,7 +123,7 @@ def check_sync_after_update(cluster: Any, tokenizer: Any, tmp_path: Path) -> str
     assert stats["optimizer_steps"] == 1.0
 
     seconds = cluster.sync_weights()
-    after = [g[0].token_ids for g in cluster.generate(prompts, [0] * 4, greedy, pad)]
+    after = [g[0].token_ids for g in cluster.generate(prompts, [0] * n, greedy, pad)]
     exported = cluster.export_hf(str(tmp_path / "export"))
     reference = hf_greedy(Path(exported["actor"]), prompts, 12, eos, pad)
     assert after == reference
@@ -142,5 +147,5 @@ def test_hybrid_engine_zero3_two_ranks_sync_through_the_object_store(
 ) -> None:
     cfg = job(ranks=2, engines=2, zero=3, colocateAll=True)
     cluster, tokenizer = cluster_factory(cfg)
-    assert cluster.plan.describe().startswith("all: 2 x GPU-like")
+    assert cluster.plan.describe().startswith("actor+reference+rollout: 2 x GPU-like")
     assert check_sync_after_update(cluster, tokenizer, tmp_path) == "object-store"

@@ -76,4 +76,8 @@ class WeightSync:
             sends = [w.broadcast_weights.remote(self.dtype) for w in self.actor.workers]
             receives = [e.receive_weights.remote(self.plan) for e in self.engines.workers]
             ray.get(sends + receives)
+        # The engines' cached prefix blocks hold keys and values computed with the old weights:
+        # served again, a shared prompt prefix would be attended with stale KV. Dropped after
+        # every update (a no-op with prefix caching off, as in deterministic mode).
+        ray.get([e.reset_prefix_cache.remote() for e in self.engines.workers])
         return time.perf_counter() - start
