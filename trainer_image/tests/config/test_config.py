@@ -97,6 +97,23 @@ def test_camel_case_on_the_wire_and_snake_case_in_python() -> None:
             "(1024 + 100 = 1124); got 1000",
             id="model-len",
         ),
+        pytest.param(
+            {"checkpoint": {"resume": "never", "resumeFrom": "latest"}},
+            "checkpoint.resumeFrom: names a checkpoint to resume from ('latest') but "
+            "checkpoint.resume is never: remove one of them",
+            id="resume-from-but-never",
+        ),
+        pytest.param(
+            {
+                "models": {
+                    "actor": {"randomInit": {}},
+                    "rewardFunction": {"path": "r.py", "limits": {"memoryMiB": 64}},
+                }
+            },
+            "models.rewardFunction.limits.memoryMiB: Input should be greater than or equal to "
+            "128 (got 64)",
+            id="reward-memory-limit",
+        ),
     ],
 )
 def test_cross_field_messages(sections: dict[str, Any], expected: str) -> None:

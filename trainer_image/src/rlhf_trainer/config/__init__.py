@@ -6,7 +6,7 @@ Kubernetes parts). Both validate cross-field rules and report problems by field 
 
 from .algorithm import AlgorithmConfig, AlgorithmName, KLEstimator, LossAggregation
 from .base import ConfigModel, Problem
-from .checkpoint import CheckpointConfig, CheckpointStorage, ResumePolicy
+from .checkpoint import RESUME_LATEST, CheckpointConfig, CheckpointStorage, ResumePolicy
 from .cluster import EnvVar, RunPolicy, SecretKeyRef, SecretRefs
 from .data import DataConfig, DatasetSource
 from .errors import validation_messages
@@ -28,7 +28,9 @@ from .models import (
     ModelSource,
     RandomInit,
     RemoteReward,
+    RewardErrorPolicy,
     RewardFunction,
+    RewardFunctionLimits,
     RewardModel,
 )
 from .outcome import ExitCode, FailureClass
@@ -40,6 +42,7 @@ __all__ = [
     "API_GROUP",
     "API_VERSION",
     "KIND",
+    "RESUME_LATEST",
     "AgentConfig",
     "AgentMode",
     "AlgorithmConfig",
@@ -72,7 +75,9 @@ __all__ = [
     "RandomInit",
     "RemoteReward",
     "ResumePolicy",
+    "RewardErrorPolicy",
     "RewardFunction",
+    "RewardFunctionLimits",
     "RewardModel",
     "RolloutConfig",
     "RolloutEngine",

@@ -10,6 +10,9 @@ from pydantic import Field, model_validator
 from .base import ConfigModel
 from .names import DNS_SUBDOMAIN, STORAGE_QUANTITY
 
+# `checkpoint.resumeFrom: latest`: the newest checkpoint of the directory, whoever wrote it.
+RESUME_LATEST = "latest"
+
 
 class ResumePolicy(StrEnum):
     # Continue from the newest complete checkpoint when there is one, else start fresh.
@@ -55,6 +58,15 @@ class CheckpointConfig(ConfigModel):
     )
     keep: int = Field(3, ge=1, le=1000, description="Checkpoints kept; older ones are removed.")
     resume: ResumePolicy = ResumePolicy.AUTO
+    resume_from: str | None = Field(
+        None,
+        min_length=1,
+        max_length=4096,
+        description="Resume from this checkpoint even if another job wrote it: `latest` (the "
+        "newest in this job's checkpoint directory) or the path of a step-N directory "
+        "(relative: to the checkpoint directory). Without it a job resumes only its own "
+        "checkpoints (same job UID).",
+    )
     export_hf: bool = Field(True, description="Export the final actor (and critic) in HF format.")
     dir: str | None = Field(
         None, description="Where checkpoints go. Default: <run dir>/checkpoints (local)."

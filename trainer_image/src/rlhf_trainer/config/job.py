@@ -49,6 +49,8 @@ class JobConfig(ConfigModel):
         doc = self.model_dump(by_alias=False)
         if resume is not None:
             doc["checkpoint"]["resume"] = ResumePolicy(resume)
+            if resume == ResumePolicy.NEVER:  # "start fresh" outranks a named checkpoint
+                doc["checkpoint"]["resume_from"] = None
         if max_steps is not None:
             doc["training"]["max_steps"] = max_steps
         return JobConfig.model_validate(doc)

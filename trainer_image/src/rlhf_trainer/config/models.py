@@ -72,11 +72,67 @@ class RewardModel(ModelSource):
     weight: float = Field(1.0, gt=0, description="Weight of this model's score in the sum.")
 
 
+class RewardErrorPolicy(StrEnum):
+    # A failing call (it raised, broke a limit, timed out, returned no rewards) ends the run:
+    # it is a bug in the job, and training on made-up rewards would hide it.
+    FAIL = "fail"
+    # For functions that run untrusted model output (generated code): the batch is scored again
+    # one sample at a time, and each sample whose call still fails scores 0.
+    ZERO = "zero"
+
+
+class RewardFunctionLimits(ConfigModel):
+    """What the function's process (and every process it starts) may use. The defaults suit a
+    CPU scorer that may import torch; a function needing more says so here. Limits apply to a
+    file's function (`path`, `configMapRef`), not to builtins, which are the trainer's code."""
+
+    memory_mib: int = Field(
+        8192,
+        ge=128,
+        le=1024 * 1024,
+        alias="memoryMiB",
+        description="Address space of each process (RLIMIT_AS), in MiB. Allocations beyond it "
+        "fail (MemoryError). Virtual, not resident: importing torch takes about 1 GiB.",
+    )
+    cpu_seconds: int = Field(
+        600,
+        ge=1,
+        le=86400,
+        description="CPU time one call may use, all threads together (RLIMIT_CPU).",
+    )
+    open_files: int = Field(
+        256, ge=16, le=65536, description="Open file descriptors per process (RLIMIT_NOFILE)."
+    )
+    processes: int = Field(
+        16,
+        ge=1,
+        le=4096,
+        description="Processes at once, the function's own included; more and all are killed.",
+    )
+    file_size_mib: int = Field(
+        256,
+        ge=1,
+        le=1024 * 1024,
+        alias="fileSizeMiB",
+        description="Largest file a process may write (RLIMIT_FSIZE), in MiB.",
+    )
+    output_bytes: int = Field(
+        8 * 1024 * 1024,
+        ge=4096,
+        le=1024**3,
+        description="What one call may print (stdout and stderr together), and the largest "
+        "reply it may return; beyond either the process is killed.",
+    )
+
+
 class RewardFunction(ConfigModel):
     """A Python file defining `reward_func(queries, prompts, labels)`; run in its own process.
 
     Locally `path` names the file. On a cluster it comes from a ConfigMap (`configMapRef`),
-    which the operator mounts; `builtin` names a function shipped with the trainer."""
+    which the operator mounts; `builtin` names a function shipped with the trainer.
+
+    The file's process runs with `limits`, in its own process group (killed whole on a
+    timeout), with an environment that holds none of the job's secrets."""
 
     path: str | None = Field(None, min_length=1)
     config_map_ref: ConfigMapKeyRef | None = None
@@ -85,6 +141,13 @@ class RewardFunction(ConfigModel):
     )
     weight: float = Field(1.0, gt=0)
     timeout_seconds: float = Field(60.0, gt=0, le=3600, description="Per-batch time limit.")
+    limits: RewardFunctionLimits = Field(default_factory=RewardFunctionLimits)
+    on_error: RewardErrorPolicy = Field(
+        RewardErrorPolicy.FAIL,
+        description="fail: a failing call ends the run. zero: the batch is scored again one "
+        "sample at a time and each sample whose call fails scores 0 (for functions that run "
+        "untrusted model output).",
+    )
 
     @model_validator(mode="after")
     def _exactly_one_source(self) -> Self:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from .algorithm import AlgorithmName
 from .base import Problem
 from .builtins import BUILTIN_REWARD_NAMES, BUILTIN_TASK_NAMES, builtin_problem
+from .checkpoint import ResumePolicy
 from .layout import layout_problems
 from .location_rules import location_problems, storage_problems
 from .placement import Device
@@ -34,6 +35,7 @@ def job_problems(cfg: JobConfig) -> list[Problem]:
         *_builtin_problems(cfg),
         *location_problems(cfg),
         *storage_problems(cfg),
+        *_resume_problems(cfg),
         *_unimplemented_problems(cfg),
     ]
 
@@ -198,6 +200,19 @@ def _builtin_problems(cfg: JobConfig) -> list[Problem]:
         if why:
             out.append(Problem("models.rewardFunction.builtin", why))
     return out
+
+
+def _resume_problems(cfg: JobConfig) -> list[Problem]:
+    c = cfg.checkpoint
+    if c.resume_from is not None and c.resume is ResumePolicy.NEVER:
+        return [
+            Problem(
+                "checkpoint.resumeFrom",
+                f"names a checkpoint to resume from ({c.resume_from!r}) but checkpoint.resume "
+                "is never: remove one of them",
+            )
+        ]
+    return []
 
 
 def _unimplemented_problems(cfg: JobConfig) -> list[Problem]:

@@ -1,13 +1,18 @@
-"""The reward-function worker process: `python -m rlhf_trainer.rewards._worker FILE`.
+"""The reward-function worker process: `python -m rlhf_trainer.rewards._worker FILE LIMITS`.
+
+LIMITS is `models.rewardFunction.limits` as JSON; the worker confines itself to them (see
+`_confine`) before it imports FILE.
 
 Protocol (one JSON object per line): the worker writes `{"ready": true}` once the user's file is
-loaded (or `{"ok": false, "phase": "load", "error": traceback}`), then answers each request
-`{"queries": [...], "prompts": [...], "labels": [...]}` with `{"ok": true, "result": ...}` or
-`{"ok": false, "error": traceback}`. The protocol runs on a private copy of the original stdout;
-the user's prints go to stderr, so they cannot corrupt it.
+loaded (or `{"ok": false, "phase": "load" | "confine", "error": traceback}`), then answers each
+request `{"queries": [...], "prompts": [...], "labels": [...]}` with `{"ok": true, "result":
+...}` or `{"ok": false, "error": traceback}`. A failure that reached a limit carries `"limit"`
+(the field's camelCase name); every message carries `"cpu"`, the CPU seconds the worker has
+used. The protocol runs on a private copy of the original stdout; the user's prints go to
+stderr, so they cannot corrupt it (the driver caps both streams anyway).
 
-Deliberately free of torch and of other rlhf_trainer imports: it starts in a fraction of a
-second unless the user's file imports heavy packages itself.
+Deliberately free of torch and of other rlhf_trainer imports (`_confine` is standard library
+only): it starts in a fraction of a second unless the user's file imports heavy packages.
 """
 
 from __future__ import annotations
@@ -19,6 +24,14 @@ import sys
 import traceback
 from collections.abc import Callable
 from typing import Any, TextIO
+
+from rlhf_trainer.rewards._confine import (
+    Limits,
+    broken_limit,
+    confine,
+    cpu_used,
+    start_call_budget,
+)
 
 FUNCTION_NAME = "reward_func"
 
@@ -55,9 +68,26 @@ def plain(value: Any) -> Any:
     return value
 
 
-def send(out: TextIO, message: dict[str, Any]) -> None:
-    out.write(json.dumps(message, allow_nan=True) + "\n")
+def send(out: TextIO, message: dict[str, Any], max_bytes: int | None = None) -> None:
+    message = {**message, "cpu": cpu_used()}
+    text = json.dumps(message, allow_nan=True)
+    if max_bytes is not None and len(text) > max_bytes:
+        # Refused here, with a clear message; the driver also cuts a longer line, for code
+        # that writes to this descriptor itself.
+        text = json.dumps(
+            {
+                "ok": False,
+                "limit": "outputBytes",
+                "error": f"the function returned a reply of {len(text)} bytes",
+                "cpu": message["cpu"],
+            }
+        )
+    out.write(text + "\n")
     out.flush()
+
+
+def failure(err: BaseException, **extra: Any) -> dict[str, Any]:
+    return {"ok": False, "error": traceback.format_exc(), "limit": broken_limit(err), **extra}
 
 
 def main(argv: list[str]) -> int:
@@ -65,19 +95,33 @@ def main(argv: list[str]) -> int:
     protocol = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     sys.stdout = sys.stderr
+    limits = Limits.from_json(argv[2]) if len(argv) > 2 else None
+    try:
+        if limits is not None:
+            confine(limits)
+    except BaseException:
+        send(protocol, {"ok": False, "phase": "confine", "error": traceback.format_exc()})
+        return 1
     try:
         func = load_function(argv[1])
-    except BaseException:
-        send(protocol, {"ok": False, "phase": "load", "error": traceback.format_exc()})
+    except BaseException as err:
+        send(protocol, failure(err, phase="load"))
         return 1
     send(protocol, {"ready": True})
+    max_bytes = limits.output_bytes if limits is not None else None
     for line in sys.stdin:
         request = json.loads(line)
+        if limits is not None:
+            start_call_budget(limits)
         try:
             result = func(request["queries"], request["prompts"], request["labels"])
-            send(protocol, {"ok": True, "result": plain(result)})
-        except Exception:
-            send(protocol, {"ok": False, "error": traceback.format_exc()})
+            reply = {"ok": True, "result": plain(result)}
+        except Exception as err:
+            reply = failure(err)
+        try:
+            send(protocol, reply, max_bytes)
+        except MemoryError as err:  # a result too large to encode within memoryMiB
+            send(protocol, failure(err), max_bytes)
     return 0
 
 

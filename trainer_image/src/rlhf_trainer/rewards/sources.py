@@ -14,10 +14,11 @@ from typing import Protocol
 
 from torch import Tensor
 
-from rlhf_trainer.config import ModelsConfig, RewardFunction
+from rlhf_trainer.config import ModelsConfig, RewardErrorPolicy, RewardFunction
 
 from .builtin import BuiltinRewardFunction
 from .function_runner import RewardFunctionLoadError, RewardFunctionRunner
+from .on_error import ZeroOnError
 from .output import RewardResult, combine_rewards
 from .remote import RemoteRewardClient
 
@@ -45,20 +46,20 @@ def build_reward_function(
         return BuiltinRewardFunction(cfg.builtin)
     if cfg.path is not None:
         path = Path(cfg.path).expanduser()
-        return RewardFunctionRunner(
-            path if path.is_absolute() else base_dir / path, cfg.timeout_seconds
-        )
-    ref = cfg.config_map_ref
-    if ref is None:  # unreachable for a validated RewardFunction
-        raise ValueError("rewardFunction needs path, configMapRef or builtin")
-    mounted = mount_dir / ref.key
-    if not mounted.is_file():
-        raise RewardFunctionLoadError(
-            f"models.rewardFunction.configMapRef ({ref.name}/{ref.key}) is mounted by the "
-            f"operator at {mounted} on a cluster, and it is not there; to run locally, use "
-            "rewardFunction.path instead"
-        )
-    return RewardFunctionRunner(mounted, cfg.timeout_seconds)
+        file = path if path.is_absolute() else base_dir / path
+    else:
+        ref = cfg.config_map_ref
+        if ref is None:  # unreachable for a validated RewardFunction
+            raise ValueError("rewardFunction needs path, configMapRef or builtin")
+        file = mount_dir / ref.key
+        if not file.is_file():
+            raise RewardFunctionLoadError(
+                f"models.rewardFunction.configMapRef ({ref.name}/{ref.key}) is mounted by the "
+                f"operator at {file} on a cluster, and it is not there; to run locally, use "
+                "rewardFunction.path instead"
+            )
+    runner = RewardFunctionRunner(file, cfg.timeout_seconds, limits=cfg.limits)
+    return ZeroOnError(runner) if cfg.on_error is RewardErrorPolicy.ZERO else runner
 
 
 class RewardSources:
@@ -81,7 +82,7 @@ class RewardSources:
     def start(self) -> None:
         """Load the reward function file now (in its worker process), so that one which does
         not import fails the job before its cluster starts, not at the first step's scores."""
-        if isinstance(self.function, RewardFunctionRunner):
+        if isinstance(self.function, RewardFunctionRunner | ZeroOnError):
             self.function.start()
 
     def score(
