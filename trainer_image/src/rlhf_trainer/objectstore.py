@@ -54,8 +54,12 @@ _NOT_RETRYABLE = frozenset(
 
 
 def inputs_cache_dir() -> Path:
-    """Where s3:// inputs are copied: `RLHF_CACHE_DIR`/inputs (default
-    `~/.cache/rlhf-operator/inputs`)."""
+    """Where s3:// inputs are copied. The driver fetches them, but Ray workers in other pods
+    read them by path: in a cluster's pods (the operator sets `RLHF_CHECKPOINT_DIR`, on the
+    job's shared volume) `<RLHF_CHECKPOINT_DIR>/.inputs`; else `RLHF_CACHE_DIR`/inputs, default
+    `~/.cache/rlhf-operator/inputs`."""
+    if os.environ.get("RLHF_CHECKPOINT_DIR"):
+        return Path(os.environ["RLHF_CHECKPOINT_DIR"]) / ".inputs"
     root = os.environ.get("RLHF_CACHE_DIR")
     return Path(root) / "inputs" if root else Path.home() / ".cache" / "rlhf-operator" / "inputs"
 
