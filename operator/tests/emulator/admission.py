@@ -266,6 +266,8 @@ def admit_object(
     """
     warnings: list[str] = []
     problems: list[FieldError] = []
+    if not info.custom and field_validation == "Strict":
+        strict_builtin(obj)
     if validator is not None:
         obj, removed, problems = validator.admit(obj, previous)
         if removed and field_validation == "Strict":
@@ -281,6 +283,37 @@ def admit_object(
     if info.group == "apiextensions.k8s.io" and info.kind == "CustomResourceDefinition":
         obj = admit_crd(obj)
     return obj, warnings
+
+
+_UNEXPECTED = re.compile(r"'([^']+)' (?:was|were) unexpected|'([^']+)', ")
+
+
+def strict_builtin(obj: JSON) -> None:
+    """`fieldValidation=Strict` for a built-in kind (what kubectl asks for): checked against
+    Kubernetes' own schemas (kubernetes-validate, the newest version it bundles). Unknown
+    fields are a 400, as the real server's strict decoding reports them; other violations a
+    422. Without kubernetes-validate installed, built-ins are not checked."""
+    try:
+        import kubernetes_validate
+    except ImportError:
+        return
+    try:
+        kubernetes_validate.validate(obj, kubernetes_validate.latest_version(), strict=True)
+    except kubernetes_validate.SchemaNotFoundError:
+        return
+    except kubernetes_validate.ValidationError as err:
+        first = str(err).splitlines()[0]
+        path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.path).lstrip(".")
+        if first.startswith("Additional properties are not allowed"):
+            names = [a or b for a, b in _UNEXPECTED.findall(first)]
+            where = f"{path}." if path else ""
+            listed = ", ".join(f'unknown field "{where}{name}"' for name in names)
+            raise errors.bad_request(f"strict decoding error: {listed}") from None
+        name = str((obj.get("metadata") or {}).get("name", ""))
+        group = str(obj.get("apiVersion", "")).rpartition("/")[0]
+        raise errors.invalid(
+            str(obj.get("kind", "")), group, name, [FieldError(path or "<root>", first)]
+        ) from None
 
 
 def convert_secret(obj: JSON) -> JSON:

@@ -7,10 +7,15 @@ Simplifications (each says what the real control plane does instead):
   with a `foregroundDeletion` finalizer, until its dependents are gone). `Orphan` works: the
   owner reference is removed from the dependents.
 - Deleting a CRD removes its custom resources at once, ignoring their finalizers.
+- Pods are deleted gracefully, as on the real server: a pod bound to a node and not yet
+  finished only gets `deletionTimestamp` (now + grace period) and `deletionGracePeriodSeconds`;
+  its kubelet stops the containers and then deletes it with grace 0. Without a kubelet (the
+  operator's tests) pods are never bound, so they go at once.
 """
 
 from __future__ import annotations
 
+import datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -24,11 +29,39 @@ def _fresh(obj: JSON) -> JSON:
     return {**obj, "metadata": dict(obj["metadata"])}
 
 
+def _pod_grace(obj: JSON, requested: int | None) -> int:
+    """Seconds a pod's kubelet gets to stop it; 0 when no kubelet runs it (or it finished)."""
+    if not (obj.get("spec") or {}).get("nodeName"):
+        return 0
+    if (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        return 0
+    if requested is not None:
+        return max(0, requested)
+    return int((obj.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
+
+
 def delete_object(
-    store: Store, gr: tuple[str, str], obj: JSON, propagation: str | None
+    store: Store,
+    gr: tuple[str, str],
+    obj: JSON,
+    propagation: str | None,
+    grace_period: int | None = None,
 ) -> tuple[JSON, bool]:
     meta = obj["metadata"]
     is_namespace = gr == ("", "namespaces")
+    is_pod = gr == ("", "pods")
+    if is_pod and not meta.get("finalizers"):
+        grace = _pod_grace(obj, grace_period)
+        pending = meta.get("deletionTimestamp")
+        if grace > 0 and not pending:
+            marked = _fresh(obj)
+            deadline = store.clock() + datetime.timedelta(seconds=grace)
+            marked["metadata"]["deletionTimestamp"] = deadline.strftime("%Y-%m-%dT%H:%M:%SZ")
+            marked["metadata"]["deletionGracePeriodSeconds"] = grace
+            return store.commit(gr, "MODIFIED", marked, obj), False
+        if grace > 0:
+            return obj, False  # already terminating: its kubelet finishes the deletion
+        return store.commit(gr, "DELETED", _fresh(obj), obj), True
     if meta.get("deletionTimestamp"):
         return obj, False  # already being deleted: nothing changes
     if meta.get("finalizers") or is_namespace:

@@ -57,7 +57,13 @@ def _resource_entries(info: ResourceInfo) -> list[JSON]:
         main["categories"] = list(info.categories)
     entries = [main]
     for sub in sorted(info.subresources):
-        verbs = ["get", "patch", "update"] if sub in ("status", "scale") else ["update"]
+        verbs = (
+            ["get", "patch", "update"]
+            if sub in ("status", "scale")
+            else ["get"]
+            if sub == "log"
+            else ["update"]
+        )
         kind = "Scale" if sub == "scale" else info.kind
         entries.append(
             {

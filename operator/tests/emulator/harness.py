@@ -14,6 +14,7 @@ import copy
 import functools
 import os
 import pathlib
+import ssl
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -24,9 +25,10 @@ from aiohttp import web
 from support.crd_schema import load_yaml_documents
 
 from .accounting import Faults, RequestLog
+from .rbac import Security
 from .resources import Registry, ResourceInfo
 from .selectors import field_matcher, label_matcher
-from .server import ApiServer
+from .server import ApiServer, PodLogs
 from .store import JSON_PATCH, MERGE, Store, utc_now
 
 JSON = dict[str, Any]
@@ -87,17 +89,55 @@ class Emulator:
         self._runner: web.AppRunner | None = None
         self.url = ""
         self.kubeconfig: pathlib.Path | None = None
+        self.security: Security | None = None
 
     # --- lifecycle --------------------------------------------------------------------------
 
-    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+    async def start(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        also_on: Iterable[tuple[str, int]] = (),
+    ) -> str:
+        """Serve on host:port (0: a free port), HTTPS with `ssl_context`, and on every other
+        (address, port) of `also_on`, port 0 meaning the same port (e.g. the address pods reach
+        the API through)."""
         self._runner = web.AppRunner(self._server.app(), handler_cancellation=True, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port)
+        site = web.TCPSite(self._runner, host, port, ssl_context=ssl_context)
         await site.start()
         bound = self._runner.addresses[0]
-        self.url = f"http://{bound[0]}:{bound[1]}"
+        for other, other_port in also_on:
+            site = web.TCPSite(self._runner, other, other_port or bound[1], ssl_context=ssl_context)
+            await site.start()
+        scheme = "https" if ssl_context is not None else "http"
+        self.url = f"{scheme}://{bound[0]}:{bound[1]}"
         return self.url
+
+    def enable_security(self) -> Security:
+        """Turn on bearer-token authentication and RBAC (rbac.py) for every HTTP request."""
+
+        def lookup(group: str, plural: str, namespace: str | None, name: str) -> JSON | None:
+            info = self.registry.storage_info(group, plural)
+            return None if info is None else self.store.find(info, namespace, name)
+
+        def lister(group: str, plural: str) -> Iterable[JSON]:
+            info = self.registry.storage_info(group, plural)
+            return [] if info is None else list(self.store.items(info))
+
+        self.security = self._server.security = Security(lookup, lister)
+        return self.security
+
+    @property
+    def pod_logs(self) -> PodLogs | None:
+        """Who serves `pods/<name>/log` (a kubelet); None answers 404."""
+        return self._server.pod_logs
+
+    @pod_logs.setter
+    def pod_logs(self, provider: PodLogs | None) -> None:
+        self._server.pod_logs = provider
 
     async def stop(self) -> None:
         self.store.close_watchers()
@@ -105,17 +145,27 @@ class Emulator:
             await self._runner.cleanup()
             self._runner = None
 
-    def write_kubeconfig(self, path: str | os.PathLike[str]) -> pathlib.Path:
+    def write_kubeconfig(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        token: str = "emulator",
+        ca_file: str | os.PathLike[str] | None = None,
+        namespace: str = "default",
+    ) -> pathlib.Path:
         """A kubeconfig for kubectl, the `kubernetes` client and `kopf.login_with_kubeconfig`."""
+        cluster: JSON = {"server": self.url}
+        if ca_file is not None:
+            cluster["certificate-authority"] = str(ca_file)
         config = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "emulator", "cluster": {"server": self.url}}],
-            "users": [{"name": "emulator", "user": {"token": "emulator"}}],
+            "clusters": [{"name": "emulator", "cluster": cluster}],
+            "users": [{"name": "emulator", "user": {"token": token}}],
             "contexts": [
                 {
                     "name": "emulator",
-                    "context": {"cluster": "emulator", "user": "emulator", "namespace": "default"},
+                    "context": {"cluster": "emulator", "user": "emulator", "namespace": namespace},
                 }
             ],
             "current-context": "emulator",
@@ -204,8 +254,22 @@ class Emulator:
         """Merge `status` into the object's status, as KubeRay does to its RayJobs."""
         return self.patch(resource, name, {"status": dict(status)}, namespace, subresource="status")
 
-    def delete(self, resource: str, name: str, namespace: str | None = None) -> JSON:
-        obj, _ = self.store.delete(self.registry.resolve(resource), namespace, name)
+    def delete(
+        self,
+        resource: str,
+        name: str,
+        namespace: str | None = None,
+        *,
+        grace_period: int | None = None,
+        propagation: str | None = None,
+    ) -> JSON:
+        obj, _ = self.store.delete(
+            self.registry.resolve(resource),
+            namespace,
+            name,
+            grace_period=grace_period,
+            propagation=propagation,
+        )
         return copy.deepcopy(obj)
 
     def events(

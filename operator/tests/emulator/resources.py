@@ -106,7 +106,9 @@ BUILTINS: tuple[ResourceInfo, ...] = (
         short=("pvc",),
         subresources=("status",),
     ),
-    _builtin("", "v1", "pods", "Pod", short=("po",), categories=("all",), subresources=("status",)),
+    _builtin(
+        "", "v1", "pods", "Pod", short=("po",), categories=("all",), subresources=("status", "log")
+    ),
     _builtin(
         "",
         "v1",
@@ -129,6 +131,17 @@ BUILTINS: tuple[ResourceInfo, ...] = (
         namespaced=False,
     ),
     _builtin("coordination.k8s.io", "v1", "leases", "Lease"),
+    # Stored and served only; the local substrate (e2e/local) plays their controllers.
+    _builtin(
+        "apps",
+        "v1",
+        "deployments",
+        "Deployment",
+        short=("deploy",),
+        categories=("all",),
+        subresources=("status",),
+    ),
+    _builtin("batch", "v1", "jobs", "Job", categories=("all",), subresources=("status",)),
     _builtin(
         "apiextensions.k8s.io",
         "v1",

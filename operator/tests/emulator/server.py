@@ -10,8 +10,9 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from . import discovery, errors, tables
+from . import discovery, errors, openapi, podlogs, tables
 from .accounting import Faults, RequestLog, RequestRecord, now
+from .rbac import Attributes, Identity, Security
 from .resources import Registry, ResourceInfo
 from .selectors import field_matcher, label_matcher
 from .store import APPLY, Store
@@ -19,6 +20,7 @@ from .watch import END, bookmark
 
 JSON = dict[str, Any]
 _TRUE = ("true", "1", "True")
+PodLogs = podlogs.PodLogs
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,10 @@ class ApiServer:
         self.registry: Registry = store.registry
         self.log = log
         self.faults = faults
+        # Authentication and RBAC (rbac.py); None: every request is allowed, whatever its token.
+        self.security: Security | None = None
+        # `pods/<name>/log`; None: the subresource answers 404 as no kubelet serves it.
+        self.pod_logs: PodLogs | None = None
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -65,6 +71,7 @@ class ApiServer:
         verb, resource, target = "get", "discovery", None
         response: web.StreamResponse | None
         try:
+            identity = self._authenticate(request)
             if request.method == "GET" and (response := self._discovery(parts)) is not None:
                 code = response.status
             else:
@@ -73,16 +80,40 @@ class ApiServer:
                 resource = target.info.qualified + (
                     f"/{target.subresource}" if target.subresource else ""
                 )
+                self._authorize(identity, verb, target)
                 self.faults.check(verb, resource, target.name)
                 if verb == "watch":  # counted when it opens: it may stream for minutes
                     self._record(request, verb, resource, target, 200)
                     return await self._watch(request, target)
-                response = await self._serve(request, verb, target)
+                if target.subresource == "log":
+                    self._record(request, verb, resource, target, 200)
+                    self.store.get(target.info, target.namespace, target.name or "")  # 404?
+                    return await podlogs.serve(
+                        request, target.namespace, target.name, self.pod_logs
+                    )
+                response = await self._serve(request, verb, target, identity)
                 code = response.status
         except errors.ApiError as error:
             response, code = _json(error.status(), error.code), error.code
         self._record(request, verb, resource, target, code)
         return response
+
+    def _authenticate(self, request: web.Request) -> Identity | None:
+        if self.security is None:
+            return None
+        return self.security.authenticate(request.headers.get("Authorization"))
+
+    def _authorize(self, identity: Identity | None, verb: str, target: Target) -> None:
+        if self.security is None or identity is None:
+            return
+        resource = target.info.plural + (f"/{target.subresource}" if target.subresource else "")
+        attrs = Attributes(verb, target.info.group, resource, target.namespace, target.name)
+        self.security.authorize(identity, attrs)
+
+    def _check_escalation(self, identity: Identity | None, info: ResourceInfo, obj: Any) -> None:
+        rbac = info.group == "rbac.authorization.k8s.io"
+        if self.security is not None and identity is not None and rbac and isinstance(obj, dict):
+            self.security.check_escalation(identity, info.plural, obj)
 
     def _record(
         self, request: web.Request, verb: str, resource: str, target: Target | None, code: int
@@ -108,7 +139,7 @@ class ApiServer:
         if parts[0] == "apis" and len(parts) == 3:
             return _json(discovery.api_resource_list(self.registry, parts[1], parts[2]))
         if parts[0] == "openapi":
-            raise errors.no_such_path("/" + "/".join(parts))
+            return _json(openapi.serve(self.registry, parts[1:]))
         return None
 
     def _parse_target(self, parts: list[str]) -> Target:
@@ -174,7 +205,9 @@ class ApiServer:
         except (ValueError, yaml.YAMLError) as error:
             raise errors.bad_request(f"the request body is not valid JSON/YAML: {error}") from None
 
-    async def _serve(self, request: web.Request, verb: str, target: Target) -> web.StreamResponse:
+    async def _serve(
+        self, request: web.Request, verb: str, target: Target, identity: Identity | None = None
+    ) -> web.StreamResponse:
         info, ns, name, sub = target.info, target.namespace, target.name, target.subresource
         query = request.query
         dry_run = query.get("dryRun") == "All"
@@ -195,12 +228,16 @@ class ApiServer:
             return self._render(request, info, items, rv=rv, token=token)
         if verb == "create":
             body = await self._body(request)
+            if isinstance(body, dict) and ns and not (body.get("metadata") or {}).get("namespace"):
+                body.setdefault("metadata", {})["namespace"] = ns
+            self._check_escalation(identity, info, body)
             obj, more = self.store.create(
                 info, ns, body, dry_run=dry_run, field_validation=validation
             )
             return _json(self._served(obj, info), 201, warnings + more)
         if verb == "update":
             body = await self._body(request)
+            self._check_escalation(identity, info, body)
             obj, more = self.store.update(
                 info,
                 ns,
@@ -214,6 +251,19 @@ class ApiServer:
         if verb == "patch":
             content_type = request.content_type
             body = await self._body(request, yaml_allowed=content_type == APPLY)
+            if self.security is not None and info.group == "rbac.authorization.k8s.io":
+                # Escalation is judged on the patched object: a dry run computes it first.
+                preview, _, _ = self.store.patch(
+                    info,
+                    ns,
+                    name or "",
+                    content_type,
+                    body,
+                    subresource=sub,
+                    dry_run=True,
+                    field_manager=query.get("fieldManager"),
+                )
+                self._check_escalation(identity, info, preview)
             obj, more, created = self.store.patch(
                 info,
                 ns,
@@ -228,6 +278,7 @@ class ApiServer:
             return _json(self._served(obj, info), 201 if created else 200, warnings + more)
         if verb == "delete":
             options = await self._body(request) or {}
+            grace = query.get("gracePeriodSeconds", options.get("gracePeriodSeconds"))
             obj, gone = self.store.delete(
                 info,
                 ns,
@@ -235,6 +286,7 @@ class ApiServer:
                 propagation=query.get("propagationPolicy") or options.get("propagationPolicy"),
                 preconditions=options.get("preconditions"),
                 dry_run=dry_run,
+                grace_period=int(grace) if grace is not None else None,
             )
             if gone and not info.custom:
                 details = {

@@ -259,8 +259,10 @@ class Store:
         propagation: str | None = None,
         preconditions: dict[str, Any] | None = None,
         dry_run: bool = False,
+        grace_period: int | None = None,
     ) -> tuple[JSON, bool]:
-        """DELETE one object; returns (its last state, whether it is gone already)."""
+        """DELETE one object; returns (its last state, whether it is gone already).
+        `grace_period` matters for pods only (see deletion.py)."""
         obj = self.get(info, namespace, name)
         for field in ("uid", "resourceVersion"):
             wanted = (preconditions or {}).get(field)
@@ -274,7 +276,7 @@ class Store:
                 )
         if dry_run:
             return obj, not obj["metadata"].get("finalizers")
-        return deletion.delete_object(self, info.group_resource, obj, propagation)
+        return deletion.delete_object(self, info.group_resource, obj, propagation, grace_period)
 
     def delete_collection(
         self, info: ResourceInfo, namespace: str | None, labels: Matcher, fields: Matcher

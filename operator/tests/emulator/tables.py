@@ -1,7 +1,7 @@
 """`Accept: application/json;as=Table;v=v1;g=meta.k8s.io`: what `kubectl get` shows.
 
 Custom resources get their CRD's `additionalPrinterColumns` (after Name), like the real server;
-built-in kinds get Name and Age only (the real server has a printer per kind). The JSONPath
+built-in kinds get the columns of printers.py (Name and Age for the others). The JSONPath
 subset covers what printer columns use: `.a.b`, `.a[0].b`, `.a[?(@.type=="Ready")].status`.
 """
 
@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from .printers import columns_of
 from .resources import ResourceInfo
 
 JSON = dict[str, Any]
@@ -68,10 +69,20 @@ def _cell(value: Any, column_type: str, now: datetime.datetime) -> Any:
     return value if isinstance(value, str) else str(value)
 
 
+def _value(obj: JSON, column: Mapping[str, Any]) -> Any:
+    if "compute" in column:
+        return column["compute"](obj)
+    return jsonpath(obj, column["jsonPath"])
+
+
 def table(info: ResourceInfo, items: list[JSON], *, rv: str = "") -> JSON:
     now = datetime.datetime.now(datetime.UTC)
-    columns: list[Mapping[str, Any]] = list(info.printer_columns) or [
-        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+    columns: list[Mapping[str, Any]] = [
+        *(
+            info.printer_columns
+            or columns_of(info.group, info.plural)
+            or [{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}]
+        )
     ]
     definitions = [
         {
@@ -95,7 +106,7 @@ def table(info: ResourceInfo, items: list[JSON], *, rv: str = "") -> JSON:
     rows = [
         {
             "cells": [obj["metadata"]["name"]]
-            + [_cell(jsonpath(obj, c["jsonPath"]), c.get("type", "string"), now) for c in columns],
+            + [_cell(_value(obj, c), c.get("type", "string"), now) for c in columns],
             "object": {
                 "kind": "PartialObjectMetadata",
                 "apiVersion": "meta.k8s.io/v1",
