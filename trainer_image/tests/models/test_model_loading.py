@@ -14,6 +14,7 @@ from rlhf_trainer.models.loading import (
     load_causal_lm,
     load_tokenizer,
     load_value_model,
+    model_cache_dir,
     resolve_model_dir,
     resolve_pretrained,
 )
@@ -134,3 +135,17 @@ def test_last_real_token_index(mask: list[list[int]], index: list[int]) -> None:
 def test_non_scalar_head_is_refused(tiny_model_dir: Path) -> None:
     with pytest.raises(ValueError, match="no scalar `score` head"):
         ValueModel(load_causal_lm(tiny_model_dir))
+
+
+def test_model_cache_is_on_the_job_volume_in_a_cluster(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The driver builds random-init models on the head pod; workers on other pods load them
+    by path, so in a cluster they go to the job's volume (RLHF_CHECKPOINT_DIR's)."""
+    monkeypatch.delenv("RLHF_CACHE_DIR", raising=False)
+    monkeypatch.delenv("RLHF_CHECKPOINT_DIR", raising=False)
+    assert model_cache_dir() == Path.home() / ".cache" / "rlhf-operator" / "models"
+    monkeypatch.setenv("RLHF_CHECKPOINT_DIR", str(tmp_path / "checkpoints"))
+    assert model_cache_dir() == tmp_path / "checkpoints" / ".models"
+    monkeypatch.setenv("RLHF_CACHE_DIR", str(tmp_path / "cache"))
+    assert model_cache_dir() == tmp_path / "cache"

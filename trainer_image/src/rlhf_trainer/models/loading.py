@@ -37,9 +37,15 @@ class ModelLoadError(RuntimeError):
 
 def model_cache_dir() -> Path:
     """Where random-init models are built (deterministic, shared by every run and trainer):
-    `RLHF_CACHE_DIR`, default `~/.cache/rlhf-operator/models`."""
-    default = Path.home() / ".cache" / "rlhf-operator" / "models"
-    return Path(os.environ.get("RLHF_CACHE_DIR", default))
+    `RLHF_CACHE_DIR`; in a cluster's pods (the operator sets `RLHF_CHECKPOINT_DIR`, on the
+    job's volume) `<RLHF_CHECKPOINT_DIR>/.models`, because the driver builds them on the head
+    pod and the Ray workers of other pods load them by path; else `~/.cache/rlhf-operator/models`.
+    """
+    if os.environ.get("RLHF_CACHE_DIR"):
+        return Path(os.environ["RLHF_CACHE_DIR"])
+    if os.environ.get("RLHF_CHECKPOINT_DIR"):
+        return Path(os.environ["RLHF_CHECKPOINT_DIR"]) / ".models"
+    return Path.home() / ".cache" / "rlhf-operator" / "models"
 
 
 def random_init_dir(source: ModelSource, cache_dir: Path, kind: ModelKind) -> Path:
