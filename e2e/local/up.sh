@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Starts the local substrate in the background (API server, KubeRay's part, the kubelet, and the
+# operator from the Helm chart), waits until the operator's pod is Ready, and prints the line
+# that points kubectl at it. Needs root (namespaces, a bridge). Stop it with e2e/local/down.sh.
+#
+#   e2e/local/up.sh [--set chart.key=value ...]
+#
+# Env: SUBSTRATE_STATE (default e2e/local/.state), SUBSTRATE_KUBECONFIG (e2e/local/.kubeconfig),
+#      SUBSTRATE_TIMEOUT seconds to wait for the operator (default 300), PYTHON (.venv/bin/python)
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "${here}/../.." && pwd)"
+state="${SUBSTRATE_STATE:-${here}/.state}"
+kubeconfig="${SUBSTRATE_KUBECONFIG:-${here}/.kubeconfig}"
+python="${PYTHON:-${repo}/.venv/bin/python}"
+timeout="${SUBSTRATE_TIMEOUT:-300}"
+
+if [[ "$(id -u)" != 0 ]]; then
+  echo "up.sh: the local substrate needs root (mount and network namespaces, a bridge)" >&2
+  exit 1
+fi
+if [[ -f "${state}/substrate.pid" ]] && kill -0 "$(cat "${state}/substrate.pid")" 2>/dev/null; then
+  echo "up.sh: a substrate already runs from ${state} (pid $(cat "${state}/substrate.pid")); e2e/local/down.sh stops it" >&2
+  exit 1
+fi
+# A fresh cluster each time: the previous one's volumes and logs go (copy out what you need).
+rm -rf "${state}"
+mkdir -p "${state}"
+kubectl="$(bash "${repo}/scripts/get-helm.sh")/kubectl"
+
+PYTHONPATH="${here}:${repo}/operator/tests" setsid "${python}" -m substrate serve \
+  --state "${state}" --kubeconfig "${kubeconfig}" \
+  --set image.repository=rlhf-operator --set image.tag=local \
+  --set trainer.defaultImage=rlhf-trainer-cpu:local "$@" \
+  > "${state}/substrate.log" 2>&1 < /dev/null &
+echo $! > "${state}/substrate.pid"
+
+deadline=$((SECONDS + timeout))
+until [[ -f "${state}/substrate.json" ]]; do
+  if ! kill -0 "$(cat "${state}/substrate.pid")" 2>/dev/null; then
+    echo "up.sh: the substrate exited; its log (${state}/substrate.log):" >&2
+    tail -n 40 "${state}/substrate.log" >&2
+    exit 1
+  fi
+  (( SECONDS < deadline )) || { echo "up.sh: no API server after ${timeout} s" >&2; exit 1; }
+  sleep 0.5
+done
+selector=app.kubernetes.io/name=rlhf-operator
+until [[ "$("${kubectl}" --kubeconfig "${kubeconfig}" get pods -n rlhf-system -l "${selector}" \
+  -o 'jsonpath={.items[*].status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" == True ]]; do
+  if (( SECONDS >= deadline )); then
+    echo "up.sh: the operator is not Ready after ${timeout} s:" >&2
+    "${kubectl}" --kubeconfig "${kubeconfig}" describe pods -n rlhf-system -l "${selector}" >&2 || true
+    exit 1
+  fi
+  sleep 1
+done
+echo "The local substrate is up (log: ${state}/substrate.log). Point kubectl at it with:"
+echo "export KUBECONFIG=${kubeconfig}"
