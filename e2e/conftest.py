@@ -1,5 +1,7 @@
-"""The real-cluster suite: opt-in with E2E_KUBECONFIG (a kind or k3d cluster running KubeRay,
-see e2e/README.md). Without it every e2e test is skipped with that reason."""
+"""The cluster journey on two substrates: a real cluster with KubeRay when E2E_KUBECONFIG names
+one (kind or k3d, see e2e/README.md), else the local substrate (e2e/local/), which this suite
+starts for the session and stops after it. Where the local substrate cannot run (not root, no
+util-linux/iproute2, no KubeRay CRDs) the journey is skipped with that reason."""
 
 from __future__ import annotations
 
@@ -11,9 +13,11 @@ from pathlib import Path
 
 import pytest
 from e2e_cluster import Cluster
+from e2e_local import LocalSubstrate, unavailable
 from e2e_settings import (
     KEEP,
     KUBECONFIG,
+    LOCAL,
     NAMESPACE,
     OPERATOR_IMAGE,
     OPERATOR_NAMESPACE,
@@ -24,16 +28,14 @@ from e2e_settings import (
 REPO = Path(__file__).resolve().parents[1]
 sys.path.append(str(REPO / "deploy_tests"))  # shared helpers: offline chart copy, Argo Lua
 
-SKIP_REASON = (
-    "real-cluster e2e: set E2E_KUBECONFIG to a kind/k3d cluster with KubeRay and the e2e images "
-    "(e2e/kind-up.sh prints it; steps in e2e/README.md). No cluster on this machine."
-)
-
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if KUBECONFIG:
+    why = unavailable() if LOCAL else None
+    if why is None:
         return
-    skip = pytest.mark.skip(reason=SKIP_REASON)
+    skip = pytest.mark.skip(
+        reason=f"cluster e2e: no E2E_KUBECONFIG, and {why} (e2e/README.md has both ways)"
+    )
     for item in items:
         if item.get_closest_marker("e2e") is not None:
             item.add_marker(skip)
@@ -55,16 +57,47 @@ def _tools() -> tuple[Path, Path]:
 
 
 @pytest.fixture(scope="session")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Cluster:
+def substrate(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSubstrate | None]:
+    """The local substrate for the session (None on a real cluster). Its setup installs the
+    chart with the e2e images, as the `operator` fixture does on a real cluster; its teardown
+    checks that down.sh left no process and no mount behind."""
+    if not LOCAL:
+        yield None
+        return
+    local = LocalSubstrate(tmp_path_factory.mktemp("substrate"))
+    repository, _, tag = OPERATOR_IMAGE.rpartition(":")
+    local.up(
+        f"image.repository={repository}",
+        f"image.tag={tag}",
+        f"trainer.defaultImage={TRAINER_IMAGE}",
+        "logLevel=DEBUG",
+    )
+    try:
+        yield local
+    finally:
+        local.down()
+        leftovers = local.processes(argv_contains=str(local.state)) + local.mounts()
+        assert not leftovers, "e2e/local/down.sh left these behind:\n" + "\n".join(leftovers)
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory, substrate: LocalSubstrate | None) -> Cluster:
     helm, kubectl = _tools()
-    found = Cluster(Path(KUBECONFIG), kubectl, helm, tmp_path_factory.mktemp("helm-home"))
+    config = Path(KUBECONFIG) if substrate is None else substrate.kubeconfig
+    found = Cluster(config, kubectl, helm, tmp_path_factory.mktemp("helm-home"))
     found.kubectl("get", "crd", "rayjobs.ray.io")  # KubeRay must be there already
     return found
 
 
 @pytest.fixture(scope="session")
-def operator(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The chart, installed from this checkout with the locally built images."""
+def operator(
+    cluster: Cluster, tmp_path_factory: pytest.TempPathFactory, substrate: LocalSubstrate | None
+) -> Iterator[str]:
+    """The chart, installed from this checkout with the locally built images (on the local
+    substrate: installed when it started, its operator pod Ready)."""
+    if substrate is not None:
+        yield RELEASE
+        return
     from helm_tool import offline_chart_copy
 
     chart = offline_chart_copy(tmp_path_factory.mktemp("chart"))

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from e2e_settings import MAX_STEPS
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "manifests" / "examples" / "tiny-ppo-cpu.yaml"
@@ -41,9 +42,11 @@ def adapt_for_kind(
     namespace: str,
     deadline_seconds: int = 1800,
     checkpoint_size: str = "1Gi",
+    max_steps: int | None = MAX_STEPS,
 ) -> Manifest:
     """The example with CPU pods, the locally built trainer image, checkpoints on a PVC of the
-    cluster's default StorageClass, and a deadline so a stuck run fails instead of hanging."""
+    cluster's default StorageClass, and a deadline so a stuck run fails instead of hanging;
+    `max_steps` makes the run that short, with a checkpoint halfway."""
     job = copy.deepcopy(manifest)
     job["metadata"]["namespace"] = namespace
     spec = job["spec"]
@@ -58,6 +61,9 @@ def adapt_for_kind(
     checkpoint = spec.setdefault("checkpoint", {})
     # A new PVC of the default StorageClass (kind: local-path); kept after the job is deleted.
     checkpoint["storage"] = {"size": checkpoint_size}
+    if max_steps is not None:
+        spec.setdefault("training", {})["maxSteps"] = max_steps
+        checkpoint["everySteps"] = max(1, max_steps // 2)
     run_policy = spec.setdefault("runPolicy", {})
     run_policy["activeDeadlineSeconds"] = deadline_seconds
     run_policy["backoffLimit"] = 0

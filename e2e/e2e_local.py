@@ -1,0 +1,94 @@
+"""The local substrate (e2e/local/) as the e2e suite's cluster when no E2E_KUBECONFIG is given:
+started with up.sh into a private state directory, stopped with down.sh, and inspected from
+the outside (processes, mounts, volume directories) for what only this machine can show."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+LOCAL = REPO / "e2e" / "local"
+KUBERAY_CRDS = Path(os.environ.get("KUBERAY_CRDS_DIR", REPO.parent / "shared" / "kuberay-crds"))
+
+
+def unavailable() -> str | None:
+    """Why the local substrate cannot run on this machine (None: it can)."""
+    if os.geteuid() != 0:
+        return "the local substrate needs root (mount and network namespaces, a bridge)"
+    missing = [tool for tool in ("unshare", "nsenter", "ip", "openssl") if not shutil.which(tool)]
+    if missing:
+        return f"the local substrate needs {', '.join(missing)} (util-linux, iproute2, openssl)"
+    if not KUBERAY_CRDS.is_dir():
+        return f"KubeRay's CRDs are missing at {KUBERAY_CRDS} (set KUBERAY_CRDS_DIR)"
+    return None
+
+
+@dataclass(frozen=True)
+class LocalSubstrate:
+    state: Path
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.state / "kubeconfig"
+
+    def _env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "SUBSTRATE_STATE": str(self.state),
+            "SUBSTRATE_KUBECONFIG": str(self.kubeconfig),
+        }
+
+    def up(self, *chart_values: str, timeout: float = 600) -> None:
+        args = [a for value in chart_values for a in ("--set", value)]
+        result = subprocess.run(
+            ["bash", str(LOCAL / "up.sh"), *args],
+            env={**self._env(), "SUBSTRATE_TIMEOUT": str(int(timeout))},
+            capture_output=True,
+            text=True,
+            timeout=timeout + 60,
+            check=False,
+        )
+        if result.returncode != 0:
+            raise RuntimeError(f"e2e/local/up.sh failed:\n{result.stderr}{result.stdout}")
+
+    def down(self) -> None:
+        subprocess.run(["bash", str(LOCAL / "down.sh")], env=self._env(), check=True, timeout=120)
+
+    def log(self, lines: int = 80) -> str:
+        path = self.state / "substrate.log"
+        return "\n".join(path.read_text().splitlines()[-lines:]) if path.exists() else ""
+
+    def pvc_dir(self, namespace: str, claim: str) -> Path:
+        return self.state / "pvc" / namespace / claim
+
+    def processes(self, *, argv_contains: str, env_entry: str | None = None) -> list[str]:
+        """`pid: command` of every process whose command line contains `argv_contains` (a pod
+        directory: the pod's sandbox and each container's runtime process name their plans) or
+        whose environment holds `env_entry` (e.g. `RLHF_JOB_NAME=<job>`, which every process of
+        a job's pods inherits, Ray's included)."""
+        found = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            try:
+                argv = (entry / "cmdline").read_bytes()
+                environ = (entry / "environ").read_bytes().split(b"\0")
+            except OSError:
+                continue  # gone meanwhile
+            if argv_contains.encode() in argv or (env_entry and env_entry.encode() in environ):
+                command = argv.replace(b"\0", b" ").decode(errors="replace")
+                found.append(f"{entry.name}: {command[:160]}")
+        return found
+
+    def pod_dir_prefix(self, namespace: str, pod_prefix: str) -> str:
+        """What the directories of the pods `<namespace>/<pod_prefix>...` start with."""
+        return str(self.state / "pods" / f"{namespace}_{pod_prefix}")
+
+    def mounts(self) -> list[str]:
+        """Mounts of this machine's (the test's) mount namespace under the state directory."""
+        lines = Path("/proc/mounts").read_text().splitlines()
+        return [line for line in lines if str(self.state) in line]

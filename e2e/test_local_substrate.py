@@ -1,0 +1,172 @@
+"""The local substrate's rules, checked without running it (no root needed): KubeRay's pod
+building as ray-operator's common/pod.go and job.go write it, the kubelet's environment and
+command-line rules, and the images it maps to this repository's Dockerfiles."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from substrate import images, podspec, raypods
+
+CLUSTER: dict[str, Any] = {
+    "apiVersion": "ray.io/v1",
+    "kind": "RayCluster",
+    "metadata": {"name": "job-r0-raycluster-abcde", "namespace": "ns", "uid": "u1"},
+    "spec": {
+        "headGroupSpec": {
+            "rayStartParams": {"dashboard-host": "0.0.0.0", "num-gpus": "0"},
+            "template": {
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "ray-head",
+                            "image": "img",
+                            "resources": {"limits": {"cpu": "1", "memory": "2Gi"}},
+                            "ports": [
+                                {"name": "gcs-server", "containerPort": 6379},
+                                {"name": "dashboard", "containerPort": 8265},
+                            ],
+                        }
+                    ]
+                }
+            },
+        },
+        "workerGroupSpecs": [
+            {
+                "groupName": "cpu4",
+                "replicas": 1,
+                "minReplicas": 1,
+                "maxReplicas": 1,
+                "rayStartParams": {"num-gpus": "0", "resources": "'{\"GPU-like\": 4}'"},
+                "template": {
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": "ray-worker",
+                                "image": "img",
+                                "env": [{"name": "USER_VAR", "value": "x"}],
+                                "resources": {"limits": {"cpu": "500m", "memory": "1Gi"}},
+                            }
+                        ]
+                    }
+                },
+            },
+        ],
+    },
+}
+FQDN = "job-r0-raycluster-abcde-head-svc.ns.svc.cluster.local"
+
+
+def test_ray_start_lines_are_kuberays() -> None:
+    head = raypods.build_pod(CLUSTER, "head", CLUSTER["spec"]["headGroupSpec"])
+    worker = raypods.build_pod(CLUSTER, "worker", CLUSTER["spec"]["workerGroupSpecs"][0])
+    assert head["spec"]["containers"][0]["command"] == ["/bin/bash", "-c", "--"]
+    assert head["spec"]["containers"][0]["args"] == [
+        "ulimit -n ${RAY_START_ULIMIT_OPEN_FILES:-65536}; ray start --head --block "
+        "--dashboard-agent-listen-port=52365 --dashboard-host=0.0.0.0 --memory=2147483648 "
+        "--metrics-export-port=8080 --num-cpus=1 --num-gpus=0"
+    ]
+    assert worker["spec"]["containers"][0]["args"] == [
+        f"ulimit -n ${{RAY_START_ULIMIT_OPEN_FILES:-65536}}; ray start --address={FQDN}:6379 "
+        "--block --dashboard-agent-listen-port=52365 --memory=1073741824 "
+        "--metrics-export-port=8080 --num-cpus=1 --num-gpus=0 --resources='{\"GPU-like\": 4}'"
+    ]
+    assert worker["metadata"]["generateName"] == "job-r0-raycluster-abcde-cpu4-worker-"
+    assert worker["metadata"]["labels"]["ray.io/node-type"] == "worker"
+
+
+def test_kuberay_env_init_container_and_shared_memory() -> None:
+    worker = raypods.build_pod(CLUSTER, "worker", CLUSTER["spec"]["workerGroupSpecs"][0])
+    env = {e["name"]: e for e in worker["spec"]["containers"][0]["env"]}
+    assert env["RAY_ADDRESS"]["value"] == f"{FQDN}:6379"
+    assert env["FQ_RAY_IP"]["value"] == FQDN and env["USER_VAR"]["value"] == "x"
+    assert env["RAY_CLUSTER_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == (
+        "metadata.labels['ray.io/cluster']"
+    )
+    init = worker["spec"]["initContainers"][0]
+    assert (
+        init["name"] == "wait-gcs-ready"
+        and f"ray health-check --address {FQDN}:6379" in init["args"][0]
+    )
+    assert {"name": "shared-mem", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}} in worker[
+        "spec"
+    ]["volumes"]
+    service = raypods.head_service({**CLUSTER})
+    assert (
+        service["spec"]["clusterIP"] == "None" and service["metadata"]["name"] == FQDN.split(".")[0]
+    )
+
+
+def test_submitter_follows_a_submitted_job_or_submits_it() -> None:
+    job = {
+        "spec": {"entrypoint": " python -m x "},
+        "status": {"dashboardURL": "svc.ns.svc.cluster.local:8265", "jobId": "job-r0-xyz"},
+    }
+    address = "http://svc.ns.svc.cluster.local:8265"
+    assert " ".join(raypods.submitter_command(job)) == (
+        f"if ray job status --address {address} job-r0-xyz >/dev/null 2>&1 ; then ray job logs "
+        f"--address {address} --follow job-r0-xyz ; else ray job submit --address {address} "
+        "--submission-id job-r0-xyz -- python -m x ; fi"
+    )
+
+
+def test_environment_follows_the_kubelets_rules() -> None:
+    secret = {"data": {"token": "czNjcjN0"}}  # base64 of "s3cr3t"
+    objects = {("secrets", "hf"): secret}
+
+    def lookup(plural: str, namespace: str, name: str) -> dict[str, Any] | None:
+        return objects.get((plural, name))
+
+    pod = {
+        "metadata": {"name": "p", "namespace": "ns", "labels": {"a": "b"}},
+        "status": {"podIP": "10.0.0.2"},
+    }
+    container = {
+        "env": [
+            {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}},
+            {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            {"name": "LABEL", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['a']"}}},
+            {"name": "BOTH", "value": "$(IP)/$(UNDEFINED)/$$(IP)"},
+        ]
+    }
+    env = podspec.environment(pod, container, lookup, {"PATH": "/bin"})
+    assert (env["TOKEN"], env["IP"], env["LABEL"]) == ("s3cr3t", "10.0.0.2", "b")
+    assert env["BOTH"] == "10.0.0.2/$(UNDEFINED)/$(IP)"
+    missing = {"env": [{"name": "X", "valueFrom": {"secretKeyRef": {"name": "nope", "key": "k"}}}]}
+    with pytest.raises(podspec.ConfigError) as error:
+        podspec.environment(pod, missing, lookup, {})
+    assert (error.value.reason, error.value.message) == (
+        "CreateContainerConfigError",
+        'secret "nope" not found',
+    )
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "expected"),
+    [
+        (None, None, ["python", "-m", "rlhf_trainer", "--help"]),
+        (None, ["run"], ["python", "-m", "rlhf_trainer", "run"]),
+        (["ls"], None, ["ls"]),
+        (["echo"], ["$(HOME)"], ["echo", "/home/ray"]),
+    ],
+    ids=["image-defaults", "args-replace-cmd", "command-drops-cmd", "expansion"],
+)
+def test_command_line(
+    command: list[str] | None, args: list[str] | None, expected: list[str]
+) -> None:
+    container = {"command": command, "args": args}
+    entrypoint, cmd = ("python", "-m", "rlhf_trainer"), ("--help",)
+    assert podspec.command_line(container, entrypoint, cmd, {"HOME": "/home/ray"}) == expected
+
+
+def test_images_are_this_repositorys_dockerfiles() -> None:
+    trainer = images.load("registry.example/rlhf-trainer-cpu:e2e")
+    assert (trainer.uid, trainer.home, trainer.workdir) == (1000, "/home/ray", "/home/ray")
+    assert trainer.entrypoint == ("python", "-m", "rlhf_trainer")
+    assert trainer.env["PATH"].startswith(str(images.VENV_BIN))
+    operator = images.load("ghcr.io/rlhf-operator/rlhf-operator:0.1.0")
+    assert (operator.uid, operator.home, operator.entrypoint) == (65532, "/tmp", ("rlhf-operator",))
+    with pytest.raises(images.ImageError) as error:
+        images.load("nvcr.io/nvidia/pytorch:24.01")
+    assert error.value.reason == "ErrImagePull"
