@@ -106,11 +106,11 @@ COLUMNS: Mapping[tuple[str, str], list[Column]] = {
         AGE,
     ],
     ("", "events"): [
+        {"name": "Last Seen", "type": "date", "jsonPath": ".lastTimestamp"},
         {"name": "Type", "type": "string", "jsonPath": ".type"},
         {"name": "Reason", "type": "string", "jsonPath": ".reason"},
         {"name": "Object", "type": "string", "compute": _object},
         {"name": "Message", "type": "string", "jsonPath": ".message"},
-        {"name": "Last Seen", "type": "date", "jsonPath": ".lastTimestamp"},
     ],
 }
 

@@ -142,6 +142,8 @@ BUILTINS: tuple[ResourceInfo, ...] = (
         subresources=("status",),
     ),
     _builtin("batch", "v1", "jobs", "Job", categories=("all",), subresources=("status",)),
+    # Stored and served; nothing enforces them (the local substrate's pods reach each other).
+    _builtin("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", short=("netpol",)),
     _builtin(
         "apiextensions.k8s.io",
         "v1",

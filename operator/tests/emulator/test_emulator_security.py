@@ -1,6 +1,7 @@
 """What the local substrate needs of the emulator beyond the operator's tests: bearer-token
 authentication, RBAC as kube-apiserver enforces it (escalation prevention included), graceful
-pod deletion, kubelet logs, and the OpenAPI discovery kubectl validates against."""
+pod deletion, kubelet logs, the OpenAPI discovery kubectl validates against, and the protobuf
+bodies of kubectl's imperative `create`."""
 
 from __future__ import annotations
 
@@ -188,3 +189,23 @@ async def test_openapi_tells_kubectl_the_server_validates_fields(api: Api) -> No
         400,
         'strict decoding error: unknown field "dta"',
     )
+
+
+def _pb(number: int, value: bytes | str) -> bytes:
+    """One length-delimited protobuf field (all this test needs)."""
+    data = value.encode() if isinstance(value, str) else value
+    return bytes([number << 3 | 2, len(data)]) + data
+
+
+async def test_kubectl_create_configmap_sends_protobuf(api: Api) -> None:
+    metadata = _pb(1, "from-kubectl") + _pb(11, _pb(1, "app") + _pb(2, "demo"))
+    configmap = _pb(1, metadata) + _pb(2, _pb(1, "key") + _pb(2, "value"))
+    body = b"k8s\x00" + _pb(1, _pb(1, "v1") + _pb(2, "ConfigMap")) + _pb(2, configmap)
+    reply = await api.session.post(
+        api.base + "/api/v1/namespaces/default/configmaps",
+        data=body,
+        headers={"Content-Type": "application/vnd.kubernetes.protobuf"},
+    )
+    assert reply.status == 201
+    stored = (await api.get("/api/v1/namespaces/default/configmaps/from-kubectl")).body
+    assert (stored["data"], stored["metadata"]["labels"]) == ({"key": "value"}, {"app": "demo"})
