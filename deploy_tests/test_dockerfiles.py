@@ -203,6 +203,8 @@ SHELL_SCRIPTS = [
     REPO / "scripts" / "sync-chart-crds.sh",
     REPO / "e2e" / "kind-up.sh",
     REPO / "e2e" / "kind-down.sh",
+    REPO / "e2e" / "local" / "up.sh",
+    REPO / "e2e" / "local" / "down.sh",
 ]
 
 
