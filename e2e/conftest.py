@@ -22,6 +22,7 @@ from e2e_settings import (
     OPERATOR_IMAGE,
     OPERATOR_NAMESPACE,
     RELEASE,
+    TIMEOUT,
     TRAINER_IMAGE,
 )
 
@@ -31,14 +32,15 @@ sys.path.append(str(REPO / "deploy_tests"))  # shared helpers: offline chart cop
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     why = unavailable() if LOCAL else None
-    if why is None:
-        return
-    skip = pytest.mark.skip(
-        reason=f"cluster e2e: no E2E_KUBECONFIG, and {why} (e2e/README.md has both ways)"
-    )
+    reason = f"cluster e2e: no E2E_KUBECONFIG, and {why} (e2e/README.md has both ways)"
     for item in items:
-        if item.get_closest_marker("e2e") is not None:
-            item.add_marker(skip)
+        if item.get_closest_marker("e2e") is None:
+            continue
+        if why is not None:
+            item.add_marker(pytest.mark.skip(reason=reason))
+        # The job may take up to E2E_TIMEOUT_SECONDS on a busy machine: the suite's per-test
+        # limit must not cut it short (the cluster's start and the job's end come on top).
+        item.add_marker(pytest.mark.timeout(int(TIMEOUT) + 900))
 
 
 def _tools() -> tuple[Path, Path]:
