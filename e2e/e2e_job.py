@@ -11,7 +11,10 @@ import yaml
 from e2e_settings import MAX_STEPS
 
 REPO = Path(__file__).resolve().parents[1]
-EXAMPLE = REPO / "manifests" / "examples" / "tiny-ppo-cpu.yaml"
+EXAMPLES = REPO / "manifests" / "examples"
+EXAMPLE = EXAMPLES / "tiny-ppo-cpu.yaml"
+# The ConfigMap `kubectl apply -k manifests/examples` makes of the tiny task's files.
+TINY_TASK = "tiny-task"
 
 Manifest = dict[str, Any]
 
@@ -59,8 +62,18 @@ def adapt_for_kind(
     for key in ("nodeSelector", "tolerations", "priorityClassName", "queueName"):
         placement.pop(key, None)
     checkpoint = spec.setdefault("checkpoint", {})
-    # A new PVC of the default StorageClass (kind: local-path); kept after the job is deleted.
-    checkpoint["storage"] = {"size": checkpoint_size}
+    # A new PVC of the default StorageClass (kind: local-path, which provisions ReadWriteOnce
+    # only: the job has one worker pod, and the operator keeps the head beside it); kept after
+    # the job is deleted.
+    checkpoint["storage"] = {"size": checkpoint_size, "accessMode": "ReadWriteOnce"}
+    # Files beside the manifest exist on this machine only: read them from the ConfigMap, as
+    # manifests/examples/kustomization.yaml does.
+    for source in spec["data"]["train"]:
+        if "path" in source:
+            source["configMapRef"] = {"name": TINY_TASK, "key": Path(source.pop("path")).name}
+    reward = spec["models"].get("rewardFunction") or {}
+    if "path" in reward:
+        reward["configMapRef"] = {"name": TINY_TASK, "key": Path(reward.pop("path")).name}
     if max_steps is not None:
         spec.setdefault("training", {})["maxSteps"] = max_steps
         checkpoint["everySteps"] = max(1, max_steps // 2)
@@ -68,3 +81,14 @@ def adapt_for_kind(
     run_policy["activeDeadlineSeconds"] = deadline_seconds
     run_policy["backoffLimit"] = 0
     return job
+
+
+def tiny_task_config_map(namespace: str) -> Manifest:
+    """The ConfigMap of the tiny task's files, as the examples' kustomization makes it."""
+    files = sorted(p for p in (EXAMPLES / TINY_TASK).iterdir() if p.is_file())
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": TINY_TASK, "namespace": namespace},
+        "data": {p.name: p.read_text() for p in files},
+    }

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from e2e_cluster import Cluster, wait_for
-from e2e_job import adapt_for_kind, load_example
+from e2e_job import adapt_for_kind, load_example, tiny_task_config_map
 from e2e_settings import OPERATOR_NAMESPACE, TIMEOUT, TRAINER_IMAGE
 
 pytestmark = pytest.mark.e2e
@@ -20,6 +20,7 @@ CHILD_KINDS = ("rayjobs.ray.io", "configmaps", "serviceaccounts", "roles", "role
 @pytest.fixture(scope="module")
 def job_name(cluster: Cluster, operator: str, namespace: str) -> str:
     job = adapt_for_kind(load_example(), image=TRAINER_IMAGE, namespace=namespace)
+    cluster.apply(tiny_task_config_map(namespace))
     cluster.apply(job)
     return str(job["metadata"]["name"])
 
