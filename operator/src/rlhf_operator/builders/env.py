@@ -3,6 +3,7 @@ by Secret reference, and what the operator tells the trainer about the run."""
 
 from __future__ import annotations
 
+from rlhf_trainer.config.checkpoint import JOB_UID_ENV
 from rlhf_trainer.config.models import REMOTE_REWARD_TOKEN_ENV
 
 from ..api.v1alpha1 import RLHFJob
@@ -13,6 +14,7 @@ from .volumes import checkpoint_dir, output_dir
 RESERVED_ENV = (
     "RLHF_JOB_NAME",
     "RLHF_JOB_NAMESPACE",
+    JOB_UID_ENV,
     "RLHF_JOB_ATTEMPT",
     "RLHF_CHECKPOINT_DIR",
     "RLHF_OUTPUT_DIR",
@@ -48,6 +50,9 @@ def trainer_env(job: RLHFJob, attempt: int) -> list[JSON]:
     env += [
         {"name": "RLHF_JOB_NAME", "value": job.name},
         {"name": "RLHF_JOB_NAMESPACE", "value": job.namespace},
+        # Recorded in every checkpoint: a job created again under this name gets another UID
+        # and the same storage, and must not resume this one's checkpoints.
+        {"name": JOB_UID_ENV, "value": str(job.metadata.get("uid", ""))},
         {"name": "RLHF_JOB_ATTEMPT", "value": str(attempt)},
         {"name": "RLHF_CHECKPOINT_DIR", "value": checkpoint_dir(job)},
         {"name": "RLHF_OUTPUT_DIR", "value": output_dir(job)},

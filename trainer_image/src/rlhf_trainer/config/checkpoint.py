@@ -12,6 +12,9 @@ from .names import DNS_SUBDOMAIN, STORAGE_QUANTITY
 
 # `checkpoint.resumeFrom: latest`: the newest checkpoint of the directory, whoever wrote it.
 RESUME_LATEST = "latest"
+# The RLHFJob's UID, which the operator gives the trainer and every checkpoint records: a job
+# created again under the same name (same storage) has another one.
+JOB_UID_ENV = "RLHF_JOB_UID"
 
 
 class ResumePolicy(StrEnum):

@@ -30,7 +30,7 @@ from torch import Tensor
 from rlhf_trainer.algos.masking import masked_mean
 from rlhf_trainer.algos.rewards import overlong_penalty
 from rlhf_trainer.checkpoint import CheckpointRef, TrainerState, publish_dir
-from rlhf_trainer.config import JobConfig
+from rlhf_trainer.config import JobConfig, ResumePolicy
 from rlhf_trainer.reporting.timing import StageTimer
 from rlhf_trainer.runner.preemption import Preempted, StopCheck, never
 
@@ -64,6 +64,9 @@ class Scorer(Protocol):
 class CheckpointStore(Protocol):
     def save(self, step: int, write_fn: Callable[[Path], None]) -> Path: ...
     def latest(self) -> CheckpointRef | None: ...
+    def resume_point(
+        self, resume: ResumePolicy, resume_from: str | None
+    ) -> CheckpointRef | None: ...
 
 
 class Reporter(Protocol):
@@ -348,9 +351,10 @@ class Trainer:
         return path
 
     def resume(self) -> None:
-        if self.cfg.checkpoint.resume.value != "auto":
-            return
-        latest = self.hooks.checkpoints.latest()
+        """Continue from this job's checkpoint, if it has one (see `resume_point`: only
+        its own, written for this config, with all its files)."""
+        c = self.cfg.checkpoint
+        latest = self.hooks.checkpoints.resume_point(c.resume, c.resume_from)
         if latest is None:
             return
         self.cluster.load_checkpoint(str(latest.path))

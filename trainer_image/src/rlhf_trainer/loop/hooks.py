@@ -1,5 +1,5 @@
-"""The driver's I/O edges, built from the job: reward sources and checkpoints (the runner
-builds the reporter, see `rlhf_trainer.runner.job.RunContext`)."""
+"""The driver's I/O edges, built from the job: the reward sources (the runner builds the
+reporter and the checkpoint directory, see `rlhf_trainer.runner.job.RunContext`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from rlhf_trainer.checkpoint import CheckpointManager
 from rlhf_trainer.config import JobConfig
 from rlhf_trainer.rewards.sources import RewardSources
 
@@ -47,7 +46,3 @@ class SampleScorer:
 
 def open_scorer(cfg: JobConfig, base_dir: Path) -> SampleScorer:
     return SampleScorer(RewardSources(cfg.models, base_dir))
-
-
-def open_checkpoints(root: Path, keep: int) -> CheckpointManager:
-    return CheckpointManager(root, keep)

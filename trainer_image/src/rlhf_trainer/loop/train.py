@@ -19,7 +19,7 @@ def train_online(ctx: RunContext) -> RunResult:
     from rlhf_trainer.models.tiny import ModelKind
 
     from .driver import Hooks, Trainer
-    from .hooks import open_checkpoints, open_scorer
+    from .hooks import open_scorer
     from .rollout import load_agent_class
 
     cfg, base = ctx.cfg, ctx.base_dir
@@ -49,7 +49,7 @@ def train_online(ctx: RunContext) -> RunResult:
     scorer = open_scorer(cfg, base)
     ctx.on_close(scorer.close)
     scorer.start()
-    checkpoints = open_checkpoints(ctx.dirs.checkpoints, cfg.checkpoint.keep)
+    checkpoints = ctx.checkpoints()
     reporter = ctx.reporter()
     if ctx.stop():  # stopped while loading: nothing to save, and no cluster to start
         raise Preempted(0)

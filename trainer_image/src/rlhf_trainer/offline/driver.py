@@ -58,6 +58,9 @@ class OfflineCluster(Protocol):
 class CheckpointStore(Protocol):
     def save(self, step: int, write_fn: Callable[[Path], None]) -> Path: ...
     def latest(self) -> CheckpointRef | None: ...
+    def resume_point(
+        self, resume: ResumePolicy, resume_from: str | None
+    ) -> CheckpointRef | None: ...
 
 
 class Reporter(Protocol):
@@ -200,9 +203,9 @@ class OfflineTrainer:
         return path
 
     def resume(self) -> None:
-        if self.cfg.checkpoint.resume is not ResumePolicy.AUTO:
-            return
-        latest = self.checkpoints.latest()
+        """Continue from this job's checkpoint, if it has one (see `resume_point`)."""
+        c = self.cfg.checkpoint
+        latest = self.checkpoints.resume_point(c.resume, c.resume_from)
         if latest is None:
             return
         self.cluster.load_checkpoint(str(latest.path))

@@ -34,7 +34,6 @@ def load_dataset(spec: OfflineSpec, cfg: JobConfig, tokenizer: Any, base_dir: Pa
 def train_offline(ctx: RunContext) -> RunResult:
     import torch
 
-    from rlhf_trainer.checkpoint import CheckpointManager
     from rlhf_trainer.distributed.cluster import shutdown_ray
     from rlhf_trainer.distributed.workers.offline import OfflineCluster
     from rlhf_trainer.models.loading import load_tokenizer, model_cache_dir, resolve_model_dir
@@ -56,7 +55,7 @@ def train_offline(ctx: RunContext) -> RunResult:
     collate_fn = partial(
         collate, spec=spec, pad_id=int(tokenizer.pad_token_id), max_length=cfg.data.max_length
     )
-    checkpoints = CheckpointManager(ctx.dirs.checkpoints, cfg.checkpoint.keep)
+    checkpoints = ctx.checkpoints()
     reporter = ctx.reporter()
     if ctx.stop():  # stopped while loading: nothing to save, and no cluster to start
         raise Preempted(0)

@@ -12,13 +12,14 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rlhf_trainer.config import JobConfig, LoadedJob, load_file
 
 from .preemption import StopCheck, never
 
 if TYPE_CHECKING:
+    from rlhf_trainer.checkpoint import CheckpointManager
     from rlhf_trainer.reporting.reporter import Reporter
 
 log = logging.getLogger(__name__)
@@ -149,6 +150,9 @@ class RunContext:
     base_dir: Path  # the job file's directory: relative paths of the job start here
     dirs: RunDirs
     stop: StopCheck = never
+    # `checkpoint_manifest.resume_fingerprint` of the job as written, before s3:// inputs
+    # became local paths (which may differ between attempts); None: computed from `cfg`.
+    fingerprint: dict[str, Any] | None = None
     _closers: ExitStack = field(default_factory=ExitStack, repr=False)
     _reporter: Reporter | None = field(default=None, repr=False)
 
@@ -168,6 +172,23 @@ class RunContext:
             self._reporter = build_reporter(self.cfg.logging, self.dirs.run, config=manifest)
             self.on_close(self._reporter.close)
         return self._reporter
+
+    def checkpoints(self) -> CheckpointManager:
+        """The job's checkpoint directory, written as this job: its RLHFJob's UID
+        (`RLHF_JOB_UID`; none locally) and config fingerprint go into every checkpoint, and a
+        resume takes only checkpoints that match them (`CheckpointManager.resume_point`)."""
+        from rlhf_trainer.checkpoint import (
+            CheckpointManager,
+            CheckpointOwner,
+            job_uid,
+            resume_fingerprint,
+        )
+
+        fingerprint = self.fingerprint
+        if fingerprint is None:
+            fingerprint = resume_fingerprint(self.cfg)
+        owner = CheckpointOwner(job_uid(), fingerprint)
+        return CheckpointManager(self.dirs.checkpoints, self.cfg.checkpoint.keep, owner)
 
     def close(self) -> None:
         self._closers.close()

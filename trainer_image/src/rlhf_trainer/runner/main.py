@@ -53,12 +53,14 @@ def run_job(
 ) -> RunResult:
     """Train `cfg` and tear everything down, whatever happens; raises what the train function
     raised (`RunFailed` once training began). `base_dir`: where the job's relative paths start."""
+    from rlhf_trainer.checkpoint_manifest import resume_fingerprint
     from rlhf_trainer.objectstore import fetch_inputs, inputs_cache_dir, upload_outputs
 
     dirs = run_dirs(cfg, name=name, base_dir=base_dir, run_dir=run_dir)
+    fingerprint = resume_fingerprint(cfg)  # of the job as written: see RunContext
     # s3:// inputs are fetched before anything starts: a missing object costs no cluster.
     cfg = fetch_inputs(cfg, inputs_cache_dir())
-    context = RunContext(cfg, name, base_dir, dirs, stop)
+    context = RunContext(cfg, name, base_dir, dirs, stop, fingerprint)
     try:
         result = train_function(cfg)(context)
     finally:

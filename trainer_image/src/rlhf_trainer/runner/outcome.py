@@ -8,8 +8,11 @@ errors, whether a retry can help:
   (`ModelLoadError`: not found, not loadable), the user's code (`RewardFunctionLoadError`: the
   reward function file is missing, does not import or lacks `reward_func`;
   `RewardFunctionCodeError`: it raised or returned something that is not rewards;
-  `AgentError`: the multi-turn agent file does not import, or its code raised), an input
-  location that does not exist or is denied (`InputLocationError`).
+  `AgentError`: the multi-turn agent file does not import, or its code raised; a reward
+  function that reached one of its limits is a `RewardFunctionCodeError` too), an input
+  location that does not exist or is denied (`InputLocationError`), a checkpoint the job
+  cannot resume as written (`CheckpointRefused`: written for another config, or the one
+  `checkpoint.resumeFrom` names is missing or damaged).
 - `Preempted` (exit 75, retried without counting against backoffLimit): SIGTERM stopped the
   run at a step boundary, or Ray reports that a node was preempted under an actor.
 - `Infrastructure` (exit 1, retried within backoffLimit): everything else: a rank or a node
@@ -86,6 +89,7 @@ def explain(err: BaseException) -> str:
 def _invalid_spec_errors() -> tuple[type[BaseException], ...]:
     # Imported when a run failed, not before: `rlhf run` of a file it refuses stays fast, and
     # by the time one of these can be raised its module is loaded anyway.
+    from rlhf_trainer.checkpoint_store import CheckpointRefused
     from rlhf_trainer.data.sources import DataLoadError
     from rlhf_trainer.loop.rollout import AgentError
     from rlhf_trainer.models.loading import ModelLoadError
@@ -103,6 +107,7 @@ def _invalid_spec_errors() -> tuple[type[BaseException], ...]:
         RewardFunctionCodeError,
         AgentError,
         InputLocationError,
+        CheckpointRefused,
     )
 
 

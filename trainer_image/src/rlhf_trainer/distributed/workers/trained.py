@@ -19,6 +19,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from rlhf_trainer.checkpoint_manifest import fsync_tree
+
 from ..forward import trim_padding
 from .base import RankBase
 
@@ -110,6 +112,9 @@ class TrainedRank(RankBase):
         path = Path(directory) / self.role
         self.engine.save_checkpoint(str(path), tag=CHECKPOINT_TAG)
         self.save_rng(str(path))
+        # Flushed here, by the writer: on a network volume the driver's own fsync would not
+        # flush another node's pages, and the driver publishes the checkpoint next.
+        fsync_tree(path)
 
     def load_checkpoint(self, directory: str) -> None:
         path = Path(directory) / self.role
