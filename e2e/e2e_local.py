@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,6 +88,24 @@ class LocalSubstrate:
     def pod_dir_prefix(self, namespace: str, pod_prefix: str) -> str:
         """What the directories of the pods `<namespace>/<pod_prefix>...` start with."""
         return str(self.state / "pods" / f"{namespace}_{pod_prefix}")
+
+    def kill_containers(self, namespace: str, pod_prefix: str) -> list[int]:
+        """SIGKILL the first process of every container of the pods `<namespace>/<pod_prefix>...`
+        (a node's processes dying under a pod: its PID namespace goes with it); the kubelet then
+        restarts the containers per their restart policy. Returns the PIDs killed."""
+        killed = []
+        for line in self.processes(argv_contains=self.pod_dir_prefix(namespace, pod_prefix)):
+            pid = int(line.split(":", 1)[0])
+            try:
+                if b"substrate.container" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    continue  # the pod's sandbox: kept, as a node keeps a pod's network
+                children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+            except OSError:
+                continue  # gone meanwhile
+            for child in children:  # `unshare --fork`'s child is the container's PID 1
+                os.kill(int(child), signal.SIGKILL)
+                killed.append(int(child))
+        return killed
 
     def mounts(self) -> list[str]:
         """Mounts of this machine's (the test's) mount namespace under the state directory."""

@@ -1,6 +1,6 @@
-"""A container's first process: runs as root, as PID 1 of a fresh PID and mount namespace (the
-kubelet starts it with `unshare --mount --pid --fork` inside its pod's network namespace), turns
-the plan the kubelet wrote into the container's filesystem and identity, then execs the
+"""A container's first process: runs as root inside its pod's namespaces (the kubelet starts it
+with nsenter), makes a fresh PID and mount namespace and forks PID 1 into them (main), which
+turns the plan the kubelet wrote into the container's filesystem and identity, then execs the
 container's command, which becomes PID 1 (with PID 1's signal rules, as in any container).
 
 The filesystem: an overlay whose lower layer is this machine's root (the "image"; this
@@ -21,12 +21,15 @@ import ctypes
 import json
 import os
 import shutil
+import signal
 import sys
 from pathlib import Path
 from typing import Any
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC = 1, 2, 4, 32, 4096, 16384
-PR_SET_NO_NEW_PRIVS = 38
+MS_PRIVATE = 1 << 18
+CLONE_NEWNS, CLONE_NEWPID = 0x00020000, 0x20000000
+PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -157,7 +160,8 @@ def build_root(plan: dict[str, Any]) -> str:
     return str(root)
 
 
-def main(plan_file: str) -> None:
+def start(plan_file: str) -> None:
+    """The container's PID 1: build its filesystem and identity, then exec its command."""
     plan = json.loads(Path(plan_file).read_text())
     # Opened before the chroot: how a failed start is reported to the kubelet (its StartError).
     report = open(plan["startError"], "w")  # noqa: SIM115 - kept open until exec
@@ -181,6 +185,31 @@ def main(plan_file: str) -> None:
         why = "executable file not found in $PATH" if err.errno == 2 else str(err)
         report.write(f'exec: "{argv[0]}": {why}')
         sys.exit(128)
+
+
+def main(plan_file: str) -> None:
+    """New PID and mount namespaces (private propagation), then PID 1 forked into them. This
+    process stays outside as the container's parent (the runtime's "shim"): it dies with PID 1
+    and exits the way it did (a signal re-raised, so the kubelet sees 128 + its number), and
+    PID 1 gets SIGKILL if the shim dies. `unshare --fork` would do the same, but util-linux
+    2.38 loses a child's SIGKILL ("sigprocmask unblock failed") and exits 1."""
+    if _libc.unshare(CLONE_NEWNS | CLONE_NEWPID) != 0:
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNS | CLONE_NEWPID)")
+    mount("none", "/", None, MS_REC | MS_PRIVATE, None)
+    child = os.fork()
+    if child == 0:
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        start(plan_file)
+        return
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_IGN)  # the kubelet signals PID 1, not the shim
+    _, status = os.waitpid(child, 0)
+    if os.WIFSIGNALED(status):
+        killed_by = os.WTERMSIG(status)
+        if killed_by not in (signal.SIGKILL, signal.SIGSTOP):  # these have no handler to reset
+            signal.signal(killed_by, signal.SIG_DFL)
+        os.kill(os.getpid(), killed_by)
+    sys.exit(os.waitstatus_to_exitcode(status))
 
 
 if __name__ == "__main__":

@@ -1,12 +1,12 @@
 """The container runtime and pod network of the local substrate (what containerd and a CNI
 plugin do for a kubelet), with namespaces and no cgroups:
 
-- The pod network is a Linux bridge on this machine with one /24 (default 198.18.213.0/24, a
-  range reserved for benchmarks; SUBSTRATE_POD_SUBNET changes it). Its first address is the
-  node's: the API server listens there too, so pods reach it like a cluster's `kubernetes`
-  Service. Each pod gets its own network namespace, a veth pair into the bridge and one address,
-  so its ports are its own (two Ray nodes both listen on 8080 and 52365). There is no NAT: pods
-  reach each other and the node, nothing beyond.
+- The pod network is a Linux bridge on this machine with one /24 (198.18.213.0/24 for the
+  first substrate, a range reserved for benchmarks; the n-th gets 198.18.<213+n>.0/24). Its
+  first address is the node's: the API server listens there too, so pods reach it like a
+  cluster's `kubernetes` Service. Each pod gets its own network namespace, a veth pair into the
+  bridge and one address, so its ports are its own (two Ray nodes both listen on 8080 and
+  52365). There is no NAT: pods reach each other and the node, nothing beyond.
 - A sandbox process per pod holds the pod's namespaces (sandbox.py); each container runs in a
   fresh PID and mount namespace inside them (container.py), so stopping a container is one
   signal to its PID 1: when PID 1 dies, the kernel kills every process of the namespace.
@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 PR_SET_PDEATHSIG = 1
-BRIDGE = os.environ.get("SUBSTRATE_BRIDGE", "rlhfsub0")
-SUBNET = ipaddress.ip_network(os.environ.get("SUBSTRATE_POD_SUBNET", "198.18.213.0/24"))
+BRIDGE = "rlhfsub0"
+SUBNET = ipaddress.ip_network("198.18.213.0/24")
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # e2e/local, where `substrate` lives
 
 
@@ -187,14 +187,6 @@ class Runtime:
                 "--uts",
                 "--mount",
                 "--",
-                "unshare",
-                "--mount",
-                "--pid",
-                "--fork",
-                "--propagation",
-                "private",
-                "--kill-child",
-                "--",
                 sys.executable,
                 "-m",
                 "substrate.container",
@@ -205,7 +197,7 @@ class Runtime:
 
     @staticmethod
     def init_pid(process: asyncio.subprocess.Process) -> int | None:
-        """The host PID of a container's PID 1 (the child `unshare --fork` made)."""
+        """The host PID of a container's PID 1 (the child container.py's shim forked)."""
         try:
             children = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text()
         except OSError:
@@ -220,4 +212,4 @@ class Runtime:
             if pid is not None:
                 os.kill(pid, signum)
             elif signum == signal.SIGKILL and process.returncode is None:
-                process.kill()  # `--kill-child`: unshare's death kills the namespace's PID 1
+                process.kill()  # the shim's death kills PID 1 (PDEATHSIG), and the namespace
