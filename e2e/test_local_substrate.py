@@ -170,3 +170,30 @@ def test_images_are_this_repositorys_dockerfiles() -> None:
     with pytest.raises(images.ImageError) as error:
         images.load("nvcr.io/nvidia/pytorch:24.01")
     assert error.value.reason == "ErrImagePull"
+
+
+def test_token_authentication_reaches_every_ray_container() -> None:
+    cluster = {
+        **CLUSTER,
+        "spec": {**CLUSTER["spec"], "authOptions": {"mode": "token", "secretName": "tok"}},
+    }
+    worker = raypods.build_pod(cluster, "worker", cluster["spec"]["workerGroupSpecs"][0])
+    job = {
+        "metadata": {"name": "job-r0", "namespace": "ns", "uid": "u2"},
+        "apiVersion": "ray.io/v1",
+        "kind": "RayJob",
+        "spec": {"entrypoint": "python -m x"},
+        "status": {"dashboardURL": "svc:8265", "jobId": "job-r0-xyz"},
+    }
+    submitter = raypods.submitter_job(job, cluster)["spec"]["template"]["spec"]["containers"][0]
+    for container in (
+        worker["spec"]["containers"][0],
+        worker["spec"]["initContainers"][0],
+        submitter,
+    ):
+        env = {e["name"]: e for e in container["env"]}
+        assert env["RAY_AUTH_MODE"]["value"] == "token"
+        assert env["RAY_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"] == {
+            "name": "tok",
+            "key": "auth_token",
+        }

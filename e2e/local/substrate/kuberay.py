@@ -15,6 +15,7 @@ The RayCluster controller is raycluster.py.
 
 from __future__ import annotations
 
+import base64
 import copy
 import datetime
 import logging
@@ -66,8 +67,16 @@ class KubeRay:
             return None
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
+        headers = {}
+        spec, namespace = job["spec"].get("rayClusterSpec") or {}, job["metadata"]["namespace"]
+        secret = raypods.auth_secret(spec, str(job["status"].get("rayClusterName", "")))
+        if secret is not None:  # the dashboard client sends the cluster's Ray token
+            found = self.api.find("secrets", secret, namespace) or {}
+            token = base64.b64decode((found.get("data") or {}).get(raypods.AUTH_TOKEN_KEY, ""))
+            headers["x-ray-authorization"] = f"Bearer {token.decode()}"
+        url = f"http://{address}:{port}{path}"
         try:
-            async with self._session.request(method, f"http://{address}:{port}{path}") as response:
+            async with self._session.request(method, url, headers=headers) as response:
                 if response.status != 200:
                     return None
                 return dict(await response.json(content_type=None))

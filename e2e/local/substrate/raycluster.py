@@ -6,6 +6,8 @@ the endpoints, the HeadPodReady and RayClusterProvisioned conditions)."""
 
 from __future__ import annotations
 
+import base64
+import secrets
 from typing import Any
 
 from emulator import Emulator
@@ -27,6 +29,16 @@ class RayClusterController:
         if meta.get("deletionTimestamp"):
             return
         namespace = meta["namespace"]
+        secret = raypods.auth_secret(spec, meta["name"])
+        generated = secret is not None and secret == raypods.check_name(meta["name"])
+        if generated and self.api.find("secrets", str(secret), namespace) is None:
+            # authentication_controller.go: a token Secret for clusters that name none
+            token = base64.b64encode(secrets.token_urlsafe(32).encode()).decode()
+            body = {
+                "metadata": {"name": secret, "ownerReferences": [raypods.owner(cluster)]},
+                "data": {raypods.AUTH_TOKEN_KEY: token},
+            }
+            self.api.create("secrets", body, namespace)
         service = raypods.head_service(cluster)
         if self.api.find("services", service["metadata"]["name"], namespace) is None:
             self.api.create("services", service, namespace)

@@ -109,6 +109,30 @@ def head_service(cluster: JSON) -> JSON:
     }
 
 
+AUTH_TOKEN_KEY = "auth_token"  # utils.RAY_AUTH_TOKEN_SECRET_KEY
+
+
+def auth_secret(cluster_spec: JSON, cluster_name: str) -> str | None:
+    """The Secret holding the Ray token when `authOptions.mode` is token (KubeRay makes one
+    named after the cluster when `secretName` is not given), else None."""
+    options = cluster_spec.get("authOptions") or {}
+    if options.get("mode") != "token":
+        return None
+    return str(options.get("secretName") or check_name(cluster_name))
+
+
+def with_token_env(container: JSON, secret: str) -> None:
+    """SetContainerTokenAuthEnvVars: RAY_AUTH_MODE and RAY_AUTH_TOKEN, unless already set."""
+    env = list(container.get("env") or [])
+    names = {e["name"] for e in env}
+    if "RAY_AUTH_MODE" not in names:
+        env.append(_env("RAY_AUTH_MODE", "token"))
+    if "RAY_AUTH_TOKEN" not in names:
+        ref = {"secretKeyRef": {"name": secret, "key": AUTH_TOKEN_KEY}}
+        env.append({"name": "RAY_AUTH_TOKEN", "valueFrom": ref})
+    container["env"] = env
+
+
 def start_params(params: dict[str, str], node_type: str, address: str) -> dict[str, str]:
     """setMissingRayStartParams."""
     params = dict(params)
@@ -254,6 +278,12 @@ def build_pod(cluster: JSON, node_type: str, group: JSON) -> JSON:
     if "RAY_DASHBOARD_ENABLE_K8S_DISK_USAGE" not in names:
         env.append(_env("RAY_DASHBOARD_ENABLE_K8S_DISK_USAGE", "1"))
     ray["env"] = env
+    secret = auth_secret(cluster["spec"], name)
+    if secret is not None:  # configureTokenAuth: the Ray container and wait-gcs-ready
+        with_token_env(ray, secret)
+        for init in spec.get("initContainers") or []:
+            if init["name"] == "wait-gcs-ready":
+                with_token_env(init, secret)
     ray.setdefault("livenessProbe", _probe(node_type, True))
     ray.setdefault("readinessProbe", _probe(node_type, False))
     # utils.PodGenerateName: the prefix (cut to 50 characters) + "-head-" or "-worker-".
@@ -334,6 +364,9 @@ def submitter_job(job: JSON, cluster: JSON) -> JSON:
         _env("RAY_DASHBOARD_ADDRESS", job["status"]["dashboardURL"]),
         _env("RAY_JOB_SUBMISSION_ID", job["status"]["jobId"]),
     ]
+    secret = auth_secret(cluster["spec"], cluster["metadata"]["name"])
+    if secret is not None:
+        with_token_env(container, secret)
     name = job["metadata"]["name"]
     backoff = (spec.get("submitterConfig") or {}).get("backoffLimit", 2)
     return {
