@@ -46,6 +46,17 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "resources": {"requests": {"cpu": "200m", "memory": "300Mi"}, "limits": {"memory": "1Gi"}},
     },
     "rbac-external": {"rbac": {"create": False}},
+    "platform-policy": {
+        "policy": {
+            "allowedImagePrefixes": ["registry.example.com/ml", "ghcr.io/rlhf-operator/"],
+            "allowedPriorityClasses": ["training-low", "training-high"],
+            "allowedSchedulerNames": ["volcano"],
+            "allowedNodeSelectorKeys": ["nvidia.com/gpu.product"],
+            "nodeSelector": {"pool": "ml", "example.com/team": "research"},
+            "requireQueueName": True,
+        },
+        "network": {"kuberayNamespace": "kuberay-system", "apiServerCidrs": ["10.0.0.1/32"]},
+    },
 }
 
 NAMESPACED = {"namespaced", "peering-namespaced"}

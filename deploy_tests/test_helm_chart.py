@@ -33,6 +33,14 @@ OPERATOR_ENV = (
     "RLHF_OPERATOR_HEALTH_PORT",
     "RLHF_OPERATOR_PEERING",
     "RLHF_OPERATOR_LOG_LEVEL",
+    "RLHF_OPERATOR_ALLOWED_IMAGE_PREFIXES",
+    "RLHF_OPERATOR_ALLOWED_PRIORITY_CLASSES",
+    "RLHF_OPERATOR_ALLOWED_SCHEDULER_NAMES",
+    "RLHF_OPERATOR_ALLOWED_NODE_SELECTOR_KEYS",
+    "RLHF_OPERATOR_NODE_SELECTOR",
+    "RLHF_OPERATOR_REQUIRE_QUEUE_NAME",
+    "RLHF_OPERATOR_KUBERAY_NAMESPACE",
+    "RLHF_OPERATOR_API_SERVER_CIDRS",
 )
 KOPF_PEERING_CRDS = CHART / "charts" / "kopf-peering" / "crds" / "kopf.dev_peerings.yaml"
 
@@ -168,6 +176,28 @@ def test_environment_follows_values(
 ) -> None:
     env = _env(render(scenario))
     assert {name: env.get(name) for name in expected} == expected
+
+
+def test_platform_policy_values_reach_the_operator_settings(
+    render: Callable[[str], list[Manifest]],
+) -> None:
+    settings = pytest.importorskip("rlhf_operator.settings")
+    operator = settings.OperatorSettings.from_env(_env(render("platform-policy")))
+    assert operator.policy == settings.PlatformPolicy(
+        allowed_image_prefixes=("registry.example.com/ml", "ghcr.io/rlhf-operator/"),
+        allowed_priority_classes=("training-low", "training-high"),
+        allowed_scheduler_names=("volcano",),
+        allowed_node_selector_keys=("nvidia.com/gpu.product",),
+        node_selector=(("example.com/team", "research"), ("pool", "ml")),
+        require_queue_name=True,
+    )
+    assert operator.kuberay_namespace == "kuberay-system"
+    assert operator.api_server_cidrs == ("10.0.0.1/32",)
+    # Defaults: no restriction, and the KubeRay namespace follows the bundled subchart.
+    assert settings.OperatorSettings.from_env(_env(render("default"))).policy == (
+        settings.PlatformPolicy()
+    )
+    assert settings.OperatorSettings.from_env(_env(render("kuberay-enabled"))).kuberay_namespace
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)

@@ -1,11 +1,13 @@
 """Least-privilege RBAC, checked on what Helm and kustomize actually render: no wildcards,
 namespaced mode with Roles only, the same rules in both install paths, and enough rights for
 what the operator's builders create (including the trainer Role it grants, which RBAC only lets
-it create if it holds those permissions itself)."""
+it create if it holds those permissions itself). test_least_privilege.py checks the other
+direction: nothing granted that the operator does not use."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,14 +25,18 @@ EXAMPLE = REPO / "manifests" / "examples" / "rloo.yaml"
 RESOURCE_OF_KIND = {
     "ConfigMap": ("", "configmaps"),
     "PersistentVolumeClaim": ("", "persistentvolumeclaims"),
+    "Secret": ("", "secrets"),
     "ServiceAccount": ("", "serviceaccounts"),
+    "NetworkPolicy": ("networking.k8s.io", "networkpolicies"),
     "Role": ("rbac.authorization.k8s.io", "roles"),
     "RoleBinding": ("rbac.authorization.k8s.io", "rolebindings"),
     "RayJob": ("ray.io", "rayjobs"),
 }
-# What reconciling a child takes (rlhf_operator.kube.apply): read it, create it, replace it
-# when it drifted, patch it to adopt it, delete it.
-CHILD_VERBS = ("get", "create", "update", "patch", "delete")
+# What reconciling a child takes (rlhf_operator.kube.apply): read it and create it; replace it
+# when it drifted, unless it is create-only. Never patch (nothing is adopted) nor delete (garbage
+# collection removes children; only RayJobs are deleted, checked below).
+CHILD_VERBS = ("get", "create", "update")
+CREATE_ONLY_VERBS = ("get", "create")
 
 Permission = tuple[str, str, str]  # (apiGroup, resource, verb)
 
@@ -91,15 +97,21 @@ def test_no_wildcards_and_no_non_resource_urls(
 
 
 @pytest.mark.parametrize("install", INSTALLS)
-def test_never_grants_secrets_pod_exec_or_escalation_verbs(
+def test_never_lists_secrets_nor_execs_nor_escalates(
     installs: dict[str, list[Manifest]], install: str
 ) -> None:
-    # The operator never reads Secrets (trainers get them by secretKeyRef) nor execs into pods
-    # or reads their logs; it only lists pods (why a starting attempt's pods do not run), and
-    # holding what it grants makes `bind`/`escalate`/`impersonate` unnecessary.
+    # Secrets: the operator creates each job's Ray token and reads back the metadata of a Secret
+    # with that name (is it its own?), so `get` and `create`, no more. Never list or watch
+    # (that would hand it every Secret of the namespaces at once), never update or delete (a
+    # token is not rotated under a running job; garbage collection deletes it). The trainers'
+    # own credentials stay secretKeyRefs the operator never reads. No exec, no logs: pods are
+    # only listed (why a starting attempt's pods do not run). Holding what it grants makes
+    # `bind`/`escalate`/`impersonate` unnecessary.
     for owner, rule in _rules(installs[install]):
         resources = set(rule["resources"])
-        assert not {"secrets", "pods/exec", "pods/log", "nodes"} & resources, owner
+        assert not {"pods/exec", "pods/log", "nodes"} & resources, owner
+        if "secrets" in resources:
+            assert set(rule["verbs"]) <= {"get", "create"}, (owner, rule)
         if "pods" in resources:
             assert (resources, rule["verbs"]) == ({"pods"}, ["list"]), (owner, rule)
         assert not {"bind", "escalate", "impersonate", "deletecollection"} & set(rule["verbs"]), (
@@ -155,11 +167,8 @@ def test_namespaced_rules_are_the_cluster_rules_minus_cluster_scoped_reads(
     cluster = _permissions(one(installs["helm:default"], "ClusterRole")["rules"])
     namespaced = _permissions(by_kind(installs["helm:namespaced"], "Role")[0]["rules"])
     assert cluster - namespaced == {
-        ("apiextensions.k8s.io", "customresourcedefinitions", "get"),
         ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
         ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
-        ("", "namespaces", "list"),
-        ("", "namespaces", "watch"),
     }
     assert namespaced <= cluster
 
@@ -191,6 +200,20 @@ def _example_job() -> Any:
     return api.RLHFJob.model_validate(manifest)
 
 
+def _example_desired() -> list[Any]:
+    """The children of the example job as the operator's pass applies them (create-only or
+    not), by `reconcile.decide` itself."""
+    reconcile = pytest.importorskip("rlhf_operator.reconcile")
+    observed = pytest.importorskip("rlhf_operator.observed")
+    settings = pytest.importorskip("rlhf_operator.settings")
+    job = _example_job()
+    body = job.model_dump(mode="json", by_alias=True, exclude_none=True)
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    operator_settings = settings.OperatorSettings(default_trainer_image="trainer:1")
+    decision = reconcile.decide(body, observed.Observed(), operator_settings, now)
+    return list(decision.apply)
+
+
 @pytest.mark.parametrize("install", ["helm:default", "helm:namespaced", "kustomize:namespaced"])
 def test_operator_holds_what_it_needs_for_every_child_it_builds(
     installs: dict[str, list[Manifest]], install: str
@@ -207,10 +230,14 @@ def test_operator_holds_what_it_needs_for_every_child_it_builds(
     assert kinds <= set(RESOURCE_OF_KIND), (
         f"new child kinds need RBAC: {kinds - set(RESOURCE_OF_KIND)}"
     )
-    for kind in kinds:
-        group, resource = RESOURCE_OF_KIND[kind]
-        missing = [verb for verb in CHILD_VERBS if (group, resource, verb) not in granted]
-        assert not missing, f"{install}: cannot {missing} {resource}"
+    for child in _example_desired():
+        group, resource = RESOURCE_OF_KIND[child.kind]
+        verbs = CREATE_ONLY_VERBS if child.create_only else CHILD_VERBS
+        missing = [verb for verb in verbs if (group, resource, verb) not in granted]
+        assert not missing, f"{install}: cannot {missing} {resource} ({child.name})"
+    # Stale attempts are deleted; ttlSecondsAfterFinished deletes the RLHFJob.
+    assert ("ray.io", "rayjobs", "delete") in granted
+    assert ("rlhf.dev", "rlhfjobs", "delete") in granted
     # Children carry ownerReferences with blockOwnerDeletion: that takes update on finalizers
     # where the OwnerReferencesPermissionEnforcement admission plugin is on.
     if any(
@@ -227,8 +254,8 @@ def test_operator_holds_every_permission_it_grants_to_trainers(
 ) -> None:
     # RBAC escalation prevention: creating a Role (and binding it) is only allowed to a subject
     # that holds all of the Role's permissions, unless it has `escalate`/`bind` (it must not).
-    rbac = pytest.importorskip("rlhf_operator.builders.rbac")
-    trainer_role = rbac.build_role(_example_job())
+    report = pytest.importorskip("rlhf_operator.builders.report")
+    trainer_role = report.build_role(_example_job())
     granted = _granted(installs[install])
     wanted = {
         (group, resource, verb)
@@ -239,6 +266,26 @@ def test_operator_holds_every_permission_it_grants_to_trainers(
     }
     assert wanted, "the trainer Role grants nothing"
     assert wanted <= granted, f"the operator could not create the trainer Role: {wanted - granted}"
+
+
+def test_the_trainer_may_write_its_report_and_nothing_else() -> None:
+    # The trainer (user code runs beside it) may patch one object: its job's report
+    # ConfigMap. Not the RLHFJob, not its status (conditions, phase, retries are the
+    # operator's), not another job's report, nothing cluster-wide.
+    report = pytest.importorskip("rlhf_operator.builders.report")
+    job = _example_job()
+    role = report.build_role(job)
+    assert role["kind"] == "Role"  # namespaced
+    allowed = {
+        (group, resource, name, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for name in rule["resourceNames"]  # every rule names its objects
+        for verb in rule["verbs"]
+    }
+    assert allowed == {("", "configmaps", f"{job.name}-report", "patch")}
+    assert not any(group == "rlhf.dev" for group, _, _, _ in allowed)
 
 
 @pytest.mark.parametrize("install", INSTALLS)

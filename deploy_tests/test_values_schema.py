@@ -48,6 +48,30 @@ BAD_VALUES: dict[str, tuple[dict[str, Any], str]] = {
         "/extraEnv/0/name",
     ),
     "node-selector-non-string": ({"nodeSelector": {"gpu": True}}, "/nodeSelector/gpu"),
+    "policy-image-prefix-with-comma": (
+        {"policy": {"allowedImagePrefixes": ["a,b"]}},
+        "/policy/allowedImagePrefixes/0",
+    ),
+    "policy-priority-class-uppercase": (
+        {"policy": {"allowedPriorityClasses": ["High"]}},
+        "/policy/allowedPriorityClasses/0",
+    ),
+    "policy-node-selector-value-with-comma": (
+        {"policy": {"nodeSelector": {"pool": "a,b=c"}}},
+        "/policy/nodeSelector/pool",
+    ),
+    "policy-queue-required-as-string": (
+        {"policy": {"requireQueueName": "yes"}},
+        "/policy/requireQueueName",
+    ),
+    "network-cidr-garbage": (
+        {"network": {"apiServerCidrs": ["kubernetes.default"]}},
+        "/network/apiServerCidrs/0",
+    ),
+    "network-kuberay-namespace-uppercase": (
+        {"network": {"kuberayNamespace": "KubeRay"}},
+        "/network/kuberayNamespace",
+    ),
     "pdb-max-unavailable-garbage": (
         {"podDisruptionBudget": {"maxUnavailable": "half"}},
         "/podDisruptionBudget/maxUnavailable",

@@ -78,3 +78,25 @@ so `helm template` and `helm install` fail before anything is applied.
 {{- fail "metrics.port and health.port must differ: the operator serves /metrics and /healthz on separate listeners" }}
 {{- end }}
 {{- end }}
+
+{{/* A map as `key=value,key2=value2` (sorted by key), as RLHF_OPERATOR_NODE_SELECTOR reads it. */}}
+{{- define "rlhf-operator.pairs" -}}
+{{- $pairs := list -}}
+{{- range $key, $value := . -}}
+{{- $pairs = append $pairs (printf "%s=%s" $key $value) -}}
+{{- end -}}
+{{- join "," $pairs -}}
+{{- end -}}
+
+{{/*
+The KubeRay operator's namespace, the only one whose pods reach the jobs' Ray dashboards: the
+value, else this release's namespace when KubeRay comes with this chart, else empty (any
+namespace may reach the dashboard port, which the job's Ray token still guards).
+*/}}
+{{- define "rlhf-operator.kuberayNamespace" -}}
+{{- if .Values.network.kuberayNamespace -}}
+{{- .Values.network.kuberayNamespace -}}
+{{- else if .Values.kuberay.enabled -}}
+{{- .Release.Namespace -}}
+{{- end -}}
+{{- end -}}

@@ -4,39 +4,54 @@ ClusterRole (cluster-wide mode) or into a Role per watched namespace (namespaced
 modes can never drift apart. manifests/base/rbac.yaml mirrors it (deploy_tests checks that).
 */}}
 {{- define "rlhf-operator.namespacedRules" -}}
-# The RLHFJobs themselves: kopf lists/watches them and patches metadata (its annotations);
-# `delete` is for runPolicy.ttlSecondsAfterFinished. `get`/`patch` on rlhfjobs/status also let
-# the operator grant exactly that to each job's trainer Role: RBAC only lets a subject grant
-# what it holds itself.
+# Exactly the requests the operator makes (deploy_tests/test_least_privilege.py records them
+# against the API emulator and compares), plus two grants it never uses as requests, marked.
+#
+# The RLHFJobs: kopf lists/watches them and patches metadata (its annotations); `get` confirms a
+# job still exists before anything is created on its behalf; `delete` is
+# runPolicy.ttlSecondsAfterFinished. The status is patched by the operator alone.
 - apiGroups: ["rlhf.dev"]
   resources: ["rlhfjobs"]
   verbs: ["get", "list", "watch", "patch", "delete"]
 - apiGroups: ["rlhf.dev"]
   resources: ["rlhfjobs/status"]
-  verbs: ["get", "patch"]
-# Children carry ownerReferences with blockOwnerDeletion: clusters that enable the
-# OwnerReferencesPermissionEnforcement admission plugin require `update` on the owner's finalizers.
+  verbs: ["patch"]
+# Not a request: children carry ownerReferences with blockOwnerDeletion, which clusters with the
+# OwnerReferencesPermissionEnforcement admission plugin allow only with `update` on finalizers.
 - apiGroups: ["rlhf.dev"]
   resources: ["rlhfjobs/finalizers"]
   verbs: ["update"]
-# One RayJob per RLHFJob attempt; KubeRay turns it into a RayCluster, which the operator only
-# reads. Children are created, replaced (PUT, with resourceVersion) when they drift from the
-# spec, patched when adopted, and deleted.
+# One RayJob per attempt: watched, created, replaced (PUT, with resourceVersion) when it drifts
+# from the spec, deleted when a newer attempt replaces it or a deadline stops it.
 - apiGroups: ["ray.io"]
   resources: ["rayjobs"]
-  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
-- apiGroups: ["ray.io"]
-  resources: ["rayclusters"]
-  verbs: ["get", "list", "watch"]
-# Per-job children: the job config (ConfigMap), checkpoint storage (PVC), and the trainer's
-# ServiceAccount.
+  verbs: ["get", "list", "watch", "create", "update", "delete"]
+# ConfigMaps: the job config (replaced when it drifts) and the trainer's report, watched (the
+# API server filters by label: only report ConfigMaps reach the operator). Not a request:
+# `patch`, which the trainer's Role grants on its report (RBAC lets a subject grant only what
+# it holds itself).
 - apiGroups: [""]
-  resources: ["configmaps", "persistentvolumeclaims", "serviceaccounts"]
-  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
-# The trainer's Role + RoleBinding: it may patch the status of its own RLHFJob and nothing else.
+  resources: ["configmaps"]
+  verbs: ["get", "list", "watch", "create", "update", "patch"]
+# The trainer's ServiceAccount, Role and RoleBinding, and the job's NetworkPolicy: created, and
+# put back when edited by hand. Never deleted by the operator: garbage collection does that.
+- apiGroups: [""]
+  resources: ["serviceaccounts"]
+  verbs: ["get", "create", "update"]
 - apiGroups: ["rbac.authorization.k8s.io"]
   resources: ["roles", "rolebindings"]
-  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+  verbs: ["get", "create", "update"]
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["get", "create", "update"]
+# Create-only children: the storage PVC (its spec is immutable) and the job's Ray token Secret
+# (generated once, never rotated under a running job). `get` on Secrets is the one read of
+# them the operator needs, to tell its own from a foreign one with the same name; it asks for
+# metadata only (PartialObjectMetadata), so no token it did not make reaches it. No list,
+# watch, update or delete.
+- apiGroups: [""]
+  resources: ["persistentvolumeclaims", "secrets"]
+  verbs: ["get", "create"]
 # Events on RLHFJobs: kopf posts core v1 events (never events.k8s.io).
 - apiGroups: [""]
   resources: ["events"]
@@ -58,14 +73,12 @@ modes can never drift apart. manifests/base/rbac.yaml mirrors it (deploy_tests c
 
 {{/*
 Cluster-scoped reads kopf needs in cluster-wide mode: CRDs (to notice RLHFJob/RayJob CRDs being
-installed or upgraded) and namespaces (to follow namespaces appearing). In namespaced mode kopf
-runs without them: it logs that CRD changes are noticed only at restart.
+installed or upgraded). In namespaced mode kopf runs without them: it logs that CRD changes are
+noticed only at restart. (Namespaces are not watched: kopf follows them only for glob patterns,
+which the chart never passes.)
 */}}
 {{- define "rlhf-operator.clusterRules" -}}
 - apiGroups: ["apiextensions.k8s.io"]
   resources: ["customresourcedefinitions"]
-  verbs: ["get", "list", "watch"]
-- apiGroups: [""]
-  resources: ["namespaces"]
   verbs: ["list", "watch"]
 {{- end }}

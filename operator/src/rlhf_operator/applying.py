@@ -26,6 +26,10 @@ Key = tuple[str, str]  # (namespace, job name)
 ChildKey = tuple[str, str, str]  # (namespace, kind, name)
 
 
+def _digest(child: Desired) -> str:
+    return desired_hash(child.obj) + repr(child.preserve)
+
+
 def of_job(child: ChildKey, key: Key) -> bool:
     """The child belongs to the job: children are named `<job>-<suffix>`."""
     return child[0] == key[0] and child[2].startswith(f"{key[1]}-")
@@ -53,6 +57,13 @@ class Applier:
         self._applied: dict[ChildKey, str] = {}
         self._refused: dict[ChildKey, Refusal] = {}
 
+    def would_send(self, key: Key, desired: Iterable[Desired]) -> bool:
+        """Some child differs from what was last applied (or was never applied)."""
+        return any(
+            self._applied.get((key[0], child.kind, child.name)) != _digest(child)
+            for child in desired
+        )
+
     async def apply_all(
         self, key: Key, desired: Iterable[Desired], *, probably_new: bool
     ) -> tuple[list[Applied], tuple[ApplyFailure, ...]]:
@@ -64,7 +75,7 @@ class Applier:
         blocked = False
         for child in desired:
             child_key = (key[0], child.kind, child.name)
-            digest = desired_hash(child.obj) + repr(child.preserve)
+            digest = _digest(child)
             if self._applied.get(child_key) == digest:
                 continue  # applied before with this content (a deleted RayJob is forgotten)
             if child.kind == "RayJob" and blocked:

@@ -68,16 +68,30 @@ class Controller:
         self._timers: dict[Key, asyncio.TimerHandle] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def bind(self, jobs: Mapping[Any, Any], ray_jobs: Mapping[Any, Any]) -> None:
-        self.jobs, self.observer.ray_jobs = jobs, ray_jobs
+    def bind(
+        self, jobs: Mapping[Any, Any], ray_jobs: Mapping[Any, Any], reports: Mapping[Any, Any]
+    ) -> None:
+        self.jobs, self.observer.ray_jobs, self.observer.reports = jobs, ray_jobs, reports
 
     def job_bodies(self) -> Iterator[Mapping[str, Any]]:
         for store in list(self.jobs.values()):
             yield from list(store)
 
     def job_body(self, key: Key) -> Mapping[str, Any] | None:
+        """The live RLHFJob of this name. A job deleted and created again under the same name
+        may be in the index twice for a moment (kopf handles the two objects' events
+        independently): the newer one is the live one, and a pass on the old one would
+        create children for a job that no longer exists."""
         store = self.jobs.get(key)
-        return next(iter(store), None) if store is not None else None
+        bodies: list[Mapping[str, Any]] = [
+            b for b in store or () if not (b.get("metadata") or {}).get("deletionTimestamp")
+        ]
+        if not bodies:
+            return None
+        return max(
+            bodies,
+            key=lambda b: (str(b["metadata"].get("creationTimestamp", "")), _resource_version(b)),
+        )
 
     # --- the pass -------------------------------------------------------------------------
 
@@ -126,14 +140,17 @@ class Controller:
         outcomes: list[Applied] = []
         # A second round when applying found (or cleared) a conflict or a refusal: the
         # decision depends on them (no RayJob while one of its children is missing).
-        for _ in range(2):
+        for round_ in range(2):
             decision = decide(body, observed, self.settings, self.clock())
+            writes = round_ == 0 and self.applier.would_send(key, decision.apply)
+            if writes and not await self._still_there(key, body):
+                return decision  # deleted (or replaced) meanwhile: act on nothing
             applied, failures = await self.applier.apply_all(
                 key, decision.apply, probably_new=probably_new
             )
             outcomes += applied
             conflicts = tuple(
-                f"{a.obj['kind']} {a.obj['metadata']['name']} (controlled by {a.owner})"
+                f"{a.obj['kind']} {a.obj['metadata']['name']} ({a.owner})"
                 for a in outcomes
                 if a.outcome is Outcome.CONFLICT
             )
@@ -174,6 +191,25 @@ class Controller:
         if waits:
             self.schedule(key, min(waits))
         return decision
+
+    async def _still_there(self, key: Key, body: JSON) -> bool:
+        """Before anything is created or changed on a job's behalf: the job, this very one
+        (same UID), still exists. A pass may run on a body from before the job's deletion
+        (queued behind another pass, or handed over by a late event); its children would be
+        made again for a job that is gone, and stand in the way of a new job of that name.
+        One GET, only in passes that write children (creation, spec edits, retries)."""
+        ref = {
+            "apiVersion": body.get("apiVersion", "rlhf.dev/v1alpha1"),
+            "kind": "RLHFJob",
+            "metadata": {"name": key[1], "namespace": key[0]},
+        }
+        current = await self.api.get(ref)
+        if current is None:
+            return False
+        meta = current.get("metadata") or {}
+        return meta.get("uid") == (body.get("metadata") or {}).get("uid") and not meta.get(
+            "deletionTimestamp"
+        )
 
     async def _write_status(self, key: Key, body: JSON, decision: Decision) -> None:
         patch = status_patch(body.get("status"), decision.status)
@@ -233,6 +269,27 @@ class Controller:
         """A watched child went away: apply it again when it is still desired."""
         self.applier.forget_child(namespace, kind, name)
 
+    async def after_child_deleted(self, key: Key, trigger: str) -> None:
+        """A pass for the job whose child went away, if the job still exists. Garbage
+        collection deletes a deleted job's children, and their watch events may be seen
+        before the job's own: the index may still hold the job, and a pass on it would create
+        its children again. One GET (deletions are rare) settles it."""
+        indexed = self.job_body(key)
+        if indexed is None:
+            return
+        ref = {
+            "apiVersion": indexed.get("apiVersion", "rlhf.dev/v1alpha1"),
+            "kind": "RLHFJob",
+            "metadata": {"name": key[1], "namespace": key[0]},
+        }
+        current = await self.api.get(ref)
+        same = current is not None and current["metadata"].get("uid") == (
+            indexed.get("metadata") or {}
+        ).get("uid")
+        if not same or current is None:
+            return  # gone (or replaced): its own events will follow
+        await self.reconcile(current, trigger=trigger)
+
     def forget(self, key: Key) -> None:
         """Drop what is remembered about a deleted job."""
         timer = self._timers.pop(key, None)
@@ -265,7 +322,6 @@ def _action_events(outcomes: list[Applied], deleted: tuple[str, ...]) -> list[Ev
     reasons = (
         (Outcome.CREATED, EventType.NORMAL, EventReason.CREATED, "created"),
         (Outcome.UPDATED, EventType.NORMAL, EventReason.UPDATED, "updated to match the spec"),
-        (Outcome.ADOPTED, EventType.NORMAL, EventReason.ADOPTED, "adopted"),
     )
     events = [
         Event(kind, reason, f"{verb}: {', '.join(by_outcome[outcome])}")

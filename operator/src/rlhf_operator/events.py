@@ -22,11 +22,11 @@ class EventType(StrEnum):
 
 class EventReason(StrEnum):
     SPEC_INVALID = "SpecInvalid"
+    POLICY_VIOLATION = "PolicyViolation"
     PLACEMENT_IMPOSSIBLE = "PlacementImpossible"
     SPEC_VALID = "SpecValid"
     CREATED = "Created"
     UPDATED = "Updated"
-    ADOPTED = "Adopted"
     DELETED = "Deleted"
     CHILD_CONFLICT = "ChildConflict"
     DEPENDENCY_MISSING = "DependencyMissing"
@@ -71,6 +71,10 @@ _ANNOUNCED: dict[
     tuple[ConditionType, ConditionStatus, ConditionReason | None], tuple[EventType, EventReason]
 ] = {
     (ConditionType.VALID, _F, _R.SPEC_INVALID): (EventType.WARNING, EventReason.SPEC_INVALID),
+    (ConditionType.VALID, _F, _R.POLICY_VIOLATION): (
+        EventType.WARNING,
+        EventReason.POLICY_VIOLATION,
+    ),
     (ConditionType.VALID, _F, _R.PLACEMENT_IMPOSSIBLE): (
         EventType.WARNING,
         EventReason.PLACEMENT_IMPOSSIBLE,
@@ -83,10 +87,6 @@ _ANNOUNCED: dict[
     (ConditionType.ADMITTED, _F, _R.DEPENDENCY_MISSING): (
         EventType.WARNING,
         EventReason.DEPENDENCY_MISSING,
-    ),
-    (ConditionType.ADMITTED, _F, _R.CHILD_CONFLICT): (
-        EventType.WARNING,
-        EventReason.CHILD_CONFLICT,
     ),
     (ConditionType.ADMITTED, _F, _R.RAY_JOB_MISSING): (
         EventType.WARNING,
@@ -114,6 +114,11 @@ _ANNOUNCED: dict[
     (ConditionType.FAILED, _T, _R.NOT_RETRYABLE): (EventType.WARNING, EventReason.NOT_RETRYABLE),
     (ConditionType.RESTARTED, _T, _R.PREEMPTED): (EventType.NORMAL, EventReason.PREEMPTED),
     (ConditionType.RESTARTED, _T, None): (EventType.WARNING, EventReason.RETRYING),
+    # A conflict shows on ChildrenApplied (and blocks admission, quietly: one event is enough).
+    (ConditionType.CHILDREN_APPLIED, _F, _R.CHILD_CONFLICT): (
+        EventType.WARNING,
+        EventReason.CHILD_CONFLICT,
+    ),
     (ConditionType.CHILDREN_APPLIED, _F, None): (
         EventType.WARNING,
         EventReason.CHILD_APPLY_FAILED,

@@ -1,22 +1,26 @@
 """kopf handlers: thin adapters from kopf's triggers to `Controller.reconcile`.
 
 Level-based: whatever happened (an RLHFJob created, edited, resumed after an operator restart,
-any change to it including the trainer's status reports, or any change to one of its RayJobs),
-the same pass runs for that job. Two kopf indexes are the watch caches: RLHFJobs by
-(namespace, name) and RayJobs by (namespace, rlhf.dev/job); kopf fills both before any handler
-runs, so a restarted operator sees every child it made before it decides anything.
+any change to it, to one of its RayJobs or to its trainer's report), the same pass runs for
+that job. Three kopf indexes are the watch caches: RLHFJobs by (namespace, name), RayJobs and
+report ConfigMaps by (namespace, rlhf.dev/job); kopf fills them before any handler runs, so a
+restarted operator sees every child it made before it decides anything. The API server
+filters the RayJob and ConfigMap watches by label (kopf_settings.py): the operator never
+receives the namespace's other ConfigMaps.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
 
 from . import kube
 from .api.v1alpha1 import GROUP, PLURAL, VERSION
-from .builders.common import JOB_LABEL
+from .builders.common import COMPONENT_LABEL, JOB_LABEL
+from .builders.report import REPORT_COMPONENT
 from .controller import Controller
 from .kopf_settings import configure_kopf
 from .settings import OperatorSettings
@@ -25,6 +29,12 @@ logger = logging.getLogger(__name__)
 
 JOBS_INDEX = "rlhfjob_index"
 RAY_JOBS_INDEX = "rayjob_index"
+REPORTS_INDEX = "report_index"
+# kopf's filter types are private: its PRESENT marker beside a plain value.
+REPORT_LABELS: Mapping[str, Any] = {
+    JOB_LABEL: kopf.PRESENT,
+    COMPONENT_LABEL: REPORT_COMPONENT,
+}
 
 
 def register(
@@ -35,7 +45,7 @@ def register(
     @kopf.on.startup(registry=registry)
     def startup(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
         configure_kopf(settings, controller.settings)
-        controller.bind(kwargs[JOBS_INDEX], kwargs[RAY_JOBS_INDEX])
+        controller.bind(kwargs[JOBS_INDEX], kwargs[RAY_JOBS_INDEX], kwargs[REPORTS_INDEX])
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(**_: Any) -> None:
@@ -62,6 +72,12 @@ def register(
     ) -> dict[Any, Any]:
         return {(namespace, labels[JOB_LABEL]): dict(body)}
 
+    @kopf.index("", "v1", "configmaps", id=REPORTS_INDEX, labels=REPORT_LABELS, registry=registry)
+    def index_report(
+        namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
+    ) -> dict[Any, Any]:
+        return {(namespace, labels[JOB_LABEL]): dict(body)}
+
     @kopf.on.resume(GROUP, VERSION, PLURAL, backoff=retry, registry=registry)
     async def resumed(body: kopf.Body, **_: Any) -> None:
         await controller.reconcile(body, trigger="resume", for_kopf=True)
@@ -79,7 +95,9 @@ def register(
         type: str, body: kopf.Body, namespace: str | None, name: str, **_: Any
     ) -> None:
         if type == "DELETED":
-            controller.forget((namespace or "", name))
+            # Unless a new job of the same name already took its place (its memory stays).
+            if controller.job_body((namespace or "", name)) is None:
+                controller.forget((namespace or "", name))
             return
         await _quietly(controller, body, "job-event")
 
@@ -87,11 +105,28 @@ def register(
     async def ray_job_event(
         type: str, namespace: str | None, name: str, labels: kopf.Labels, **_: Any
     ) -> None:
+        key = (namespace or "", labels[JOB_LABEL])
         if type == "DELETED":
-            controller.child_deleted(namespace or "", "RayJob", name)
-        owner = controller.job_body((namespace or "", labels[JOB_LABEL]))
+            controller.child_deleted(key[0], "RayJob", name)
+            await _quietly_after_deletion(controller, key, "rayjob-deleted")
+            return
+        owner = controller.job_body(key)
         if owner is not None:
             await _quietly(controller, owner, "rayjob-event")
+
+    @kopf.on.event("", "v1", "configmaps", labels=REPORT_LABELS, registry=registry)
+    async def report_event(
+        type: str, namespace: str | None, name: str, labels: kopf.Labels, **_: Any
+    ) -> None:
+        # The trainer wrote its report (or the object went): mirror it into status.trainer.
+        key = (namespace or "", labels[JOB_LABEL])
+        if type == "DELETED":
+            controller.child_deleted(key[0], "ConfigMap", name)
+            await _quietly_after_deletion(controller, key, "report-deleted")
+            return
+        owner = controller.job_body(key)
+        if owner is not None:
+            await _quietly(controller, owner, "report-event")
 
 
 async def _quietly(controller: Controller, body: Any, trigger: str) -> None:
@@ -101,6 +136,15 @@ async def _quietly(controller: Controller, body: Any, trigger: str) -> None:
     except Exception:
         meta = body.get("metadata") or {}
         key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
+        logger.exception("reconcile %s/%s (%s) failed", *key, trigger)
+        controller.metrics.reconcile_errors.labels(trigger, "exception").inc()
+        controller.schedule(key, controller.settings.api_retry_seconds)
+
+
+async def _quietly_after_deletion(controller: Controller, key: Any, trigger: str) -> None:
+    try:
+        await controller.after_child_deleted(key, trigger)
+    except Exception:
         logger.exception("reconcile %s/%s (%s) failed", *key, trigger)
         controller.metrics.reconcile_errors.labels(trigger, "exception").inc()
         controller.schedule(key, controller.settings.api_retry_seconds)

@@ -2,7 +2,12 @@
 
 A small asyncio client on aiohttp with kopf's own credentials (service account in a cluster,
 else the kubeconfig), plus `apply`: create a child, or replace it when it differs from what is
-desired, adopting an orphan with our name; a child another controller owns is never touched.
+desired. Only a child the job provably owns is ever changed: one with a controller reference
+to this job's UID, or (a retained PVC, which has none by design) our label and this job's UID
+annotation. Anything else with a child's name (an orphan, another controller's object, a
+user's, a former job's) is left byte-identical and reported as a conflict: adopting by name
+would let a job author make the operator take over, rewrite and later garbage-collect
+objects they could not edit themselves.
 
 `apply` compares in two ways: a hash of the desired object, stored in an annotation, notices
 fields the spec no longer sets (a plain subset check would keep them forever), and a subset
@@ -15,6 +20,7 @@ import copy
 import hashlib
 import json
 import logging
+import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -24,13 +30,20 @@ import aiohttp
 import kopf
 
 from .api.v1alpha1 import GROUP
+from .builders.common import JOB_UID_ANNOTATION, MANAGED_BY_LABEL
 from .reconcile import Desired
+from .settings import OPERATOR_NAME
 
 logger = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
 HASH_ANNOTATION = f"{GROUP}/desired-hash"
 MERGE_PATCH = "application/merge-patch+json"
+# Metadata only (the server strips the rest): how the operator looks at an existing Secret,
+# so that it never holds a token it did not need. Plain JSON where the server cannot.
+METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
+# Random values of `Desired.generated` keys: 32 bytes, URL-safe (a Ray token, for one).
+TOKEN_BYTES = 32
 
 # kind -> (api path prefix without namespace, plural)
 _RESOURCES = {
@@ -39,6 +52,7 @@ _RESOURCES = {
     ("v1", "PersistentVolumeClaim"): "persistentvolumeclaims",
     ("v1", "Secret"): "secrets",
     ("v1", "Pod"): "pods",
+    ("networking.k8s.io/v1", "NetworkPolicy"): "networkpolicies",
     ("rbac.authorization.k8s.io/v1", "Role"): "roles",
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): "rolebindings",
     ("ray.io/v1", "RayJob"): "rayjobs",
@@ -135,18 +149,22 @@ class KubeApi:
         content_type: str = "application/json",
         params: Mapping[str, str] | None = None,
         kind: str = "",
+        accept: str | None = None,
     ) -> Any:
         """The decoded JSON answer; raises ApiError for non-2xx answers."""
+        headers = {"Accept": accept} if accept is not None else {}
         for attempt in range(2):
             if self._session is None:
                 self._session = self._open()
             data = json.dumps(body) if body is not None else None
+            if data is not None:
+                headers["Content-Type"] = content_type
             async with self._session.request(
                 method,
                 self._server + path,
                 data=data,
                 params=params,
-                headers={"Content-Type": content_type} if data is not None else None,
+                headers=headers or None,
             ) as response:
                 text = await response.text()
                 if self._on_request is not None:
@@ -160,9 +178,10 @@ class KubeApi:
                 return parsed
         raise AssertionError("unreachable")
 
-    async def get(self, obj: Mapping[str, Any]) -> JSON | None:
+    async def get(self, obj: Mapping[str, Any], *, metadata_only: bool = False) -> JSON | None:
+        accept = METADATA_ONLY if metadata_only else None
         try:
-            found: JSON = await self.request("GET", path_of(obj), kind=obj["kind"])
+            found: JSON = await self.request("GET", path_of(obj), kind=obj["kind"], accept=accept)
         except ApiError as err:
             if err.status == 404:
                 return None
@@ -219,16 +238,15 @@ class KubeApi:
 class Outcome(StrEnum):
     CREATED = "created"
     UPDATED = "updated"
-    ADOPTED = "adopted"
     UNCHANGED = "unchanged"
-    CONFLICT = "conflict"  # another controller owns an object with this name
+    CONFLICT = "conflict"  # an object with this name that the job does not provably own
 
 
 @dataclass(frozen=True)
 class Applied:
     outcome: Outcome
     obj: JSON
-    owner: str = ""  # for conflicts: who owns it
+    owner: str = ""  # for conflicts: whose it is, as far as its metadata tells
 
 
 def desired_hash(obj: Mapping[str, Any]) -> str:
@@ -280,6 +298,34 @@ def _controller(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return next((r for r in refs if r.get("controller")), None)
 
 
+def owns(want: Mapping[str, Any], existing: Mapping[str, Any]) -> bool:
+    """`existing` is the very child `want` describes: its controller is this job (same UID),
+    or, for a child without owner reference by design, it carries our label and this job's
+    UID annotation. A name, labels alone, or an orphan prove nothing."""
+    ours = _controller(want)
+    if ours is not None:
+        theirs = _controller(existing)
+        return theirs is not None and bool(ours.get("uid")) and theirs.get("uid") == ours.get("uid")
+    want_meta, have_meta = want.get("metadata", {}), existing.get("metadata", {})
+    uid = (want_meta.get("annotations") or {}).get(JOB_UID_ANNOTATION)
+    return (
+        bool(uid)
+        and (have_meta.get("annotations") or {}).get(JOB_UID_ANNOTATION) == uid
+        and (have_meta.get("labels") or {}).get(MANAGED_BY_LABEL) == OPERATOR_NAME
+    )
+
+
+def whose(existing: Mapping[str, Any]) -> str:
+    """Who an object that is not ours belongs to, for the ChildConflict message."""
+    theirs = _controller(existing)
+    if theirs is not None:
+        return f"controlled by {theirs.get('kind')}/{theirs.get('name')}"
+    uid = (existing.get("metadata", {}).get("annotations") or {}).get(JOB_UID_ANNOTATION)
+    if uid:
+        return f"kept from an earlier job with this name (uid {uid})"
+    return "not created by this job"
+
+
 def _content(obj: Mapping[str, Any]) -> JSON:
     """What we compare: everything but metadata/status, plus our labels."""
     out = {k: v for k, v in obj.items() if k not in {"metadata", "status", "apiVersion", "kind"}}
@@ -287,55 +333,50 @@ def _content(obj: Mapping[str, Any]) -> JSON:
     return out
 
 
+def _with_generated(want: Mapping[str, Any], keys: tuple[str, ...]) -> JSON:
+    """`want` with a fresh random value for each generated key (only ever at creation)."""
+    body = copy.deepcopy(dict(want))
+    if keys:
+        body["stringData"] = {key: secrets.token_urlsafe(TOKEN_BYTES) for key in keys}
+    return body
+
+
 async def apply(api: KubeApi, desired: Desired, *, probably_new: bool = False) -> Applied:
-    """Create, update, adopt or leave alone. `probably_new` (a job seen for the first time)
-    tries the create first, saving a GET per child in the common case; a 409 falls back."""
+    """Create, update, or leave alone. `probably_new` (a job seen for the first time) tries
+    the create first, saving a GET per child in the common case; a 409 falls back. A
+    create-only child is looked at by its metadata alone (a Secret's data never comes back)."""
     want = desired.obj
     digest = desired_hash(_without(want, desired.preserve))
-    existing = None if probably_new else await api.get(want)
+    metadata_only = desired.create_only
+    existing = None if probably_new else await api.get(want, metadata_only=metadata_only)
     if existing is None:
-        body = copy.deepcopy(want)
+        body = _with_generated(want, desired.generated)
         body["metadata"].setdefault("annotations", {})[HASH_ANNOTATION] = digest
         try:
-            return Applied(Outcome.CREATED, await api.create(body))
+            created = await api.create(body)
         except ApiError as err:
             if err.status != 409:
                 raise
-            existing = await api.get(want)  # created meanwhile (e.g. by our previous life)
+            # Created meanwhile: by our previous life, or by someone else (checked below).
+            existing = await api.get(want, metadata_only=metadata_only)
             if existing is None:
                 raise
-    ours = _controller(want)
-    theirs = _controller(existing)
-    if ours is not None and theirs is not None and theirs.get("uid") != ours.get("uid"):
-        return Applied(Outcome.CONFLICT, existing, f"{theirs.get('kind')}/{theirs.get('name')}")
-    adopt = ours is not None and theirs is None
+        else:
+            created.pop("data", None)  # never keep a generated value around
+            return Applied(Outcome.CREATED, created)
+    if not owns(want, existing):
+        return Applied(Outcome.CONFLICT, existing, whose(existing))
     if desired.create_only:
-        if not adopt or ours is None:
-            return Applied(Outcome.UNCHANGED, existing)
-        patch = {"metadata": {"ownerReferences": _owner_refs(existing, ours)}}
-        patched: JSON = await api.request(
-            "PATCH", path_of(want), patch, content_type=MERGE_PATCH, kind=want["kind"]
-        )
-        return Applied(Outcome.ADOPTED, patched)
+        return Applied(Outcome.UNCHANGED, existing)
     stored_hash = (existing["metadata"].get("annotations") or {}).get(HASH_ANNOTATION)
-    same = stored_hash == digest and is_subset(
+    if stored_hash == digest and is_subset(
         _content(_without(want, desired.preserve)), _content(existing)
-    )
-    if same and not adopt:
+    ):
         return Applied(Outcome.UNCHANGED, existing)
     body = copy.deepcopy(want)
     _copy_paths(existing, body, desired.preserve)
     meta = copy.deepcopy(existing["metadata"])
     meta["labels"] = {**(meta.get("labels") or {}), **want["metadata"].get("labels", {})}
     meta["annotations"] = {**(meta.get("annotations") or {}), HASH_ANNOTATION: digest}
-    if ours is not None:
-        meta["ownerReferences"] = _owner_refs(existing, ours)
     body["metadata"] = meta  # keeps resourceVersion: a concurrent change answers 409
-    replaced = await api.replace(body)
-    return Applied(Outcome.ADOPTED if adopt else Outcome.UPDATED, replaced)
-
-
-def _owner_refs(existing: Mapping[str, Any], ours: Mapping[str, Any]) -> list[JSON]:
-    refs = [dict(r) for r in existing.get("metadata", {}).get("ownerReferences") or []]
-    refs = [r for r in refs if r.get("uid") != ours.get("uid")]
-    return [*refs, dict(ours)]
+    return Applied(Outcome.UPDATED, await api.replace(body))

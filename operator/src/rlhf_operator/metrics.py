@@ -111,7 +111,8 @@ class Metrics:
         )
         self.children = Counter(
             "rlhf_operator_children_applied_total",
-            "Children applied, by kind and outcome (created, updated, adopted, conflict)",
+            "Children applied, by kind and outcome (created, updated, unchanged, conflict, "
+            "refused)",
             ["kind", "outcome"],
             registry=self.registry,
         )

@@ -1,18 +1,24 @@
 """What the operator observed about an RLHFJob's world, as plain immutable values.
 
-RayJobs come from the watch (a kopf index); missing dependencies, foreign-owned children,
-children the API server refused and the pods of a starting attempt from the operator's last
-checks. `compute_status` and `decide` read only these values, so they stay pure and testable
-with tables.
+RayJobs and the trainer's report come from watches (kopf indexes); missing dependencies,
+conflicting children, children the API server refused and the pods of a starting attempt from
+the operator's last checks. `compute_status` and `decide` read only these values, so they stay
+pure and testable with tables.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from pydantic import ValidationError
+
+from rlhf_trainer.config.report import MAX_VALUE_BYTES, OUTCOME_KEY, PROGRESS_KEY
+
+from .api.v1alpha1 import TrainerOutcome, TrainerReport
 from .builders.common import ATTEMPT_LABEL
 
 
@@ -229,6 +235,41 @@ class ApplyFailure:
         return text
 
 
+def _json_object(text: Any) -> dict[str, Any] | None:
+    if not isinstance(text, str) or len(text.encode()) > MAX_VALUE_BYTES:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def parse_report(data: Mapping[str, Any] | None) -> TrainerReport | None:
+    """The trainer's report from its ConfigMap's data (rlhf_trainer.config.report), validated
+    against the status models; a key that does not parse is dropped (a broken or hostile
+    trainer can only blank its own progress). None when there is nothing to report."""
+    data = data or {}
+    progress = _json_object(data.get(PROGRESS_KEY))
+    outcome_doc = _json_object(data.get(OUTCOME_KEY))
+    if progress is None and outcome_doc is None:
+        return None
+    outcome = None
+    if outcome_doc is not None:
+        try:
+            outcome = TrainerOutcome.model_validate(outcome_doc)
+        except ValidationError:
+            outcome = None
+    report = TrainerReport()
+    if progress is not None:
+        try:
+            # The outcome only ever comes from its own key.
+            report = TrainerReport.model_validate({**progress, "outcome": None})
+        except ValidationError:
+            report = TrainerReport()
+    return report.model_copy(update={"outcome": outcome})
+
+
 @dataclass(frozen=True)
 class Observed:
     """The RayJobs of one RLHFJob (every attempt still around), plus what blocks it."""
@@ -236,12 +277,14 @@ class Observed:
     ray_jobs: tuple[RayJobObservation, ...] = ()
     # "ConfigMap math-reward (spec.models.rewardFunction.configMapRef)", ...
     missing_dependencies: tuple[str, ...] = ()
-    # Children with our names that another controller owns.
+    # Objects with our children's names that the job does not provably own.
     conflicts: tuple[str, ...] = ()
     # Children the API server refused on the last try (retried with backoff).
     apply_failures: tuple[ApplyFailure, ...] = ()
     # The pods of the current attempt while it starts (listed at most every few seconds).
     pods: tuple[PodObservation, ...] = ()
+    # The trainer's report (its ConfigMap, validated); None while there is none.
+    report: TrainerReport | None = None
 
     @classmethod
     def of(cls, ray_jobs: Iterable[Mapping[str, Any]], **kwargs: Any) -> Observed:

@@ -1,4 +1,5 @@
-"""Observing one job's world for a pass: its RayJobs from the watch cache (a kopf index), and,
+"""Observing one job's world for a pass: its RayJobs and the trainer's report from the watch
+caches (kopf indexes), each taken only when this job provably owns it, and,
 only while they matter and at most every `dependency_retry_seconds`, the objects its spec
 references (before the attempt's RayJob exists) and the pods of a starting attempt (for what
 keeps them from running). What the API server refused comes from the `Applier`.
@@ -14,11 +15,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .api.v1alpha1 import RLHFJob
-from .builders.common import ATTEMPT_LABEL, JOB_LABEL
+from .api.v1alpha1 import RLHFJob, TrainerReport
+from .builders.common import ATTEMPT_LABEL, JOB_LABEL, report_name
 from .builders.volumes import referenced_objects
 from .kube import ApiError, KubeApi
-from .observed import ApplyFailure, Observed, PodObservation
+from .observed import ApplyFailure, Observed, PodObservation, parse_report
 from .settings import OperatorSettings
 
 logger = logging.getLogger(__name__)
@@ -77,10 +78,19 @@ def dependencies(body: Mapping[str, Any]) -> list[tuple[JSON, str]]:
     ]
 
 
+def controlled_by(obj: Mapping[str, Any], uid: Any) -> bool:
+    """`obj`'s controller reference names the job with this UID (labels and names can be
+    made by anyone who may create objects in the namespace; a UID cannot be chosen)."""
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    owner = next((r for r in refs if r.get("controller")), None)
+    return owner is not None and bool(uid) and owner.get("uid") == uid
+
+
 class Observer:
     def __init__(self, api: KubeApi, settings: OperatorSettings) -> None:
         self.api, self.settings = api, settings
         self.ray_jobs: Mapping[Any, Any] = {}  # kopf index: (ns, job) -> [RayJob bodies]
+        self.reports: Mapping[Any, Any] = {}  # kopf index: (ns, job) -> [report ConfigMaps]
         self._blockers: dict[Key, Blockers] = {}
         self._pods: dict[Key, PodCheck] = {}
         self._pods_forbidden = False  # said once in the log, not every interval
@@ -89,16 +99,9 @@ class Observer:
         self, key: Key, body: JSON, refused: tuple[ApplyFailure, ...] = ()
     ) -> Observed:
         uid = (body.get("metadata") or {}).get("uid")
-        ray_jobs = []
-        for obj in list(self.ray_jobs.get(key) or ()):
-            owner = next(
-                (r for r in obj["metadata"].get("ownerReferences") or [] if r.get("controller")),
-                None,
-            )
-            # Ours, or an orphan with our name (adopted on apply); never a former job's.
-            if owner is None or owner.get("uid") == uid:
-                ray_jobs.append(obj)
-        observed = Observed.of(ray_jobs)
+        # Never an orphan, a former job's or anyone else's RayJob, whatever its labels.
+        ray_jobs = [o for o in list(self.ray_jobs.get(key) or ()) if controlled_by(o, uid)]
+        observed = Observed.of(ray_jobs, report=self._report(key, uid))
         blockers = await self._blockers_for(key, body, observed)
         return replace(
             observed,
@@ -107,6 +110,14 @@ class Observer:
             apply_failures=refused,
             pods=await self._pods_for(key, body, observed),
         )
+
+    def _report(self, key: Key, uid: Any) -> TrainerReport | None:
+        """The trainer's report: the data of `<job>-report`, if this job owns it."""
+        name = report_name(key[1])
+        for obj in list(self.reports.get(key) or ()):
+            if (obj.get("metadata") or {}).get("name") == name and controlled_by(obj, uid):
+                return parse_report(obj.get("data"))
+        return None
 
     def set_conflicts(self, key: Key, body: JSON, conflicts: tuple[str, ...]) -> None:
         blockers = self._blockers.get(key) or Blockers(generation_of(body))

@@ -1,8 +1,9 @@
 """One reconcile pass as a pure decision: (RLHFJob body, observed, settings, now) -> Decision.
 
-validate -> plan -> status (the run policy) -> the children that must exist, the RayJobs to
-delete, the events to post, when to look again. `controller.py` carries the decision out
-against the API server; nothing here does I/O, so every case is a table row in the tests.
+validate (the spec, then the platform's policy) -> plan -> status (the run policy) -> the
+children that must exist, the RayJobs to delete, the events to post, when to look again.
+`controller.py` carries the decision out against the API server; nothing here does I/O, so
+every case is a table row in the tests.
 """
 
 from __future__ import annotations
@@ -26,10 +27,12 @@ from .api.v1alpha1 import (
     TrainerReport,
 )
 from .builders.children import render_children
-from .builders.common import JSON, BuildError, trainer_image
+from .builders.common import JSON, BuildError, report_name, trainer_image
+from .builders.secret import RAY_TOKEN_KEY
 from .events import Event, transition_events
 from .observed import Observed
 from .placement import PlacementError, plan
+from .policy import policy_problems
 from .settings import OperatorSettings
 from .status import STOPPING_FAILURES, evaluate, invalid_status, is_finished, parse_time
 
@@ -40,11 +43,15 @@ SUSPEND_PATH = ("spec", "suspend")
 @dataclass(frozen=True)
 class Desired:
     """A child as it should be. `create_only`: never changed after creation (a PVC's spec is
-    immutable). `preserve`: fields another controller owns, left as they are found."""
+    immutable; the report's data is the trainer's; a token must not rotate under a running
+    job). `preserve`: fields another controller owns, left as they are found. `generated`:
+    data keys given a fresh random value when the child is created, and never again
+    (builders are pure, so a secret value cannot come from them)."""
 
     obj: JSON
     create_only: bool = False
     preserve: tuple[tuple[str, ...], ...] = ()
+    generated: tuple[str, ...] = ()
 
     @property
     def kind(self) -> str:
@@ -90,8 +97,8 @@ def spec_problems(body: Mapping[str, Any]) -> list[str]:
 
 
 def previous_status(body: Mapping[str, Any]) -> tuple[RLHFJobStatus | None, TrainerReport | None]:
-    """The stored status and the trainer's report; a part that does not parse is ignored
-    (recomputed) rather than blocking the job."""
+    """The stored status and the trainer's report as last mirrored into it; a part that does
+    not parse is ignored (recomputed) rather than blocking the job."""
     raw = body.get("status") or {}
     trainer: TrainerReport | None = None
     if isinstance(raw.get("trainer"), Mapping):
@@ -139,14 +146,28 @@ def _invalid(
     )
 
 
+def _desired(job: RLHFJob, obj: JSON) -> Desired:
+    if obj["kind"] == "Secret":
+        return Desired(obj, create_only=True, generated=(RAY_TOKEN_KEY,))
+    if obj["kind"] == "PersistentVolumeClaim" or obj["metadata"]["name"] == report_name(job.name):
+        return Desired(obj, create_only=True)
+    return Desired(obj)
+
+
 def decide(
     body: Mapping[str, Any], observed: Observed, settings: OperatorSettings, now: datetime
 ) -> Decision:
-    prev, trainer = previous_status(body)
+    prev, mirrored = previous_status(body)
+    # The report object is the truth; the mirror stands in while it is not seen (or empty).
+    trainer = observed.report if observed.report is not None else mirrored
     problems = spec_problems(body)
     if problems:
         return _invalid(body, prev, trainer, observed, ConditionReason.SPEC_INVALID, problems, now)
     job = RLHFJob.model_validate({**body, "status": prev.to_manifest() if prev else None})
+    problems = policy_problems(job.spec, settings)
+    if problems:
+        reason = ConditionReason.POLICY_VIOLATION
+        return _invalid(body, prev, trainer, observed, reason, problems, now)
     try:
         plan(job.spec)  # the builders' only other failure is the image, checked next
         trainer_image(job, settings)
@@ -165,9 +186,7 @@ def decide(
 
     attempt = status.restarts
     children = render_children(job, settings, attempt=attempt)
-    apply = [
-        Desired(obj, create_only=obj["kind"] == "PersistentVolumeClaim") for obj in children.support
-    ]
+    apply = [_desired(job, obj) for obj in children.support]
     waiting = None
     # The RayJob's pods would mount what could not be applied: it waits for the rest.
     support_failed = any(f.kind != "RayJob" for f in observed.apply_failures)
@@ -225,11 +244,10 @@ def _deadline_wait(job: RLHFJob, status: RLHFJobStatus, now: datetime) -> float 
 
 
 def status_patch(previous: Mapping[str, Any] | None, status: RLHFJobStatus) -> dict[str, Any]:
-    """A JSON merge patch turning the stored status into ours, `trainer` untouched (the
-    trainer owns it). Empty when nothing changed: then no request is made."""
-    old = {k: v for k, v in (previous or {}).items() if k != "trainer"}
-    new = {k: v for k, v in status.to_manifest().items() if k != "trainer"}
-    return _merge_diff(old, new)
+    """A JSON merge patch turning the stored status into ours, `trainer` included (the
+    operator mirrors the trainer's validated report there; nobody else writes the status).
+    Empty when nothing changed: then no request is made."""
+    return _merge_diff(previous or {}, status.to_manifest())
 
 
 def _merge_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:

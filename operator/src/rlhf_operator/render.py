@@ -19,6 +19,7 @@ from .api.v1alpha1 import RLHFJob
 from .builders.children import render_children
 from .builders.common import BuildError
 from .placement import PlacementError
+from .policy import policy_problems
 from .settings import OperatorSettings
 
 PLACEHOLDER_UID = "00000000-0000-0000-0000-000000000000"
@@ -62,6 +63,8 @@ def render_file(
         # The operator refuses what no pod can run (a file of the author's machine): so does
         # the dry run.
         cluster = [p.render("spec") for p in cluster_problems(loaded.spec)]
+        # ...and what the platform's policy (these settings) does not allow.
+        cluster += policy_problems(loaded.spec, settings)
         if cluster:
             out.append(Rendered(loaded.source, loaded.name, problems=cluster))
             continue

@@ -283,11 +283,9 @@ class Machine:
             c.set(ConditionType.ADMITTED, F, R.DEPENDENCY_MISSING, f"not found: {missing}")
             return Phase.PENDING, f"waiting for {missing}"
         if self.observed.conflicts:
-            taken = ", ".join(self.observed.conflicts)
-            c.set(
-                ConditionType.ADMITTED, F, R.CHILD_CONFLICT, f"owned by another controller: {taken}"
-            )
-            return Phase.PENDING, f"cannot take over {taken}: another controller owns it"
+            taken = "; ".join(self.observed.conflicts)
+            c.set(ConditionType.ADMITTED, F, R.CHILD_CONFLICT, bounded(f"not this job's: {taken}"))
+            return Phase.PENDING, bounded(f"waiting: objects with this job's names exist: {taken}")
         if self.observed.apply_failures:
             first = self.observed.apply_failures[0]
             return Phase.PENDING, bounded(f"{first.summary}; retrying with backoff")

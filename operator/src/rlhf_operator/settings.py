@@ -11,7 +11,10 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from rlhf_trainer.config.names import STORAGE_QUANTITY
+from pydantic import TypeAdapter, ValidationError
+
+from rlhf_trainer.config.cluster import Cidr
+from rlhf_trainer.config.names import DNS_LABEL, STORAGE_QUANTITY
 
 from .api.v1alpha1 import GROUP
 
@@ -26,6 +29,24 @@ _Getter = Callable[[str], "str | None"]
 
 class SettingsError(ValueError):
     """A setting has a value we cannot use; the message names the environment variable."""
+
+
+@dataclass(frozen=True)
+class PlatformPolicy:
+    """What the platform team allows jobs to ask for (Helm values `policy.*`). Empty means no
+    restriction; `policy.check` turns a job that breaks it into Valid=False naming the field."""
+
+    # spec.image must start with one of these (a registry or repository prefix; matched at a
+    # path boundary, so `ghcr.io/org` does not admit `ghcr.io/org-evil/x`).
+    allowed_image_prefixes: tuple[str, ...] = ()
+    allowed_priority_classes: tuple[str, ...] = ()
+    allowed_scheduler_names: tuple[str, ...] = ()
+    # spec.placement.nodeSelector keys a job may set.
+    allowed_node_selector_keys: tuple[str, ...] = ()
+    # Merged into every pod's nodeSelector; a job may not set these keys to other values.
+    node_selector: tuple[tuple[str, str], ...] = ()
+    # Every job must name a Kueue LocalQueue (spec.placement.queueName).
+    require_queue_name: bool = False
 
 
 @dataclass(frozen=True)
@@ -59,6 +80,15 @@ class OperatorSettings:
     watch_server_timeout: float = 270.0
     watch_client_timeout: float = 300.0
     watch_connect_timeout: float = 30.0
+    # What jobs may ask for (images, priority classes, schedulers, node selectors, queues).
+    policy: PlatformPolicy = field(default_factory=PlatformPolicy)
+    # The namespace of the KubeRay operator, which polls every job's Ray dashboard (8265):
+    # the only pods outside a job that its NetworkPolicy lets in. None: any namespace may
+    # reach the dashboard port (still behind the job's Ray token).
+    kuberay_namespace: str | None = None
+    # The Kubernetes API server's addresses, for jobs with `spec.network.egress: restricted`
+    # (the trainer reports through the API). Empty: such jobs are refused (Valid=False).
+    api_server_cidrs: tuple[str, ...] = ()
     # Identity in posted Events (reportingInstance): the pod name in a cluster.
     instance: str = field(default_factory=lambda: os.environ.get("HOSTNAME", "local"))
 
@@ -113,6 +143,16 @@ class OperatorSettings:
             watch_client_timeout=_seconds(
                 get, "WATCH_CLIENT_TIMEOUT", defaults.watch_client_timeout
             ),
+            policy=PlatformPolicy(
+                allowed_image_prefixes=_list(get, "ALLOWED_IMAGE_PREFIXES"),
+                allowed_priority_classes=_list(get, "ALLOWED_PRIORITY_CLASSES"),
+                allowed_scheduler_names=_list(get, "ALLOWED_SCHEDULER_NAMES"),
+                allowed_node_selector_keys=_list(get, "ALLOWED_NODE_SELECTOR_KEYS"),
+                node_selector=_pairs(get, "NODE_SELECTOR"),
+                require_queue_name=_bool(get, "REQUIRE_QUEUE_NAME"),
+            ),
+            kuberay_namespace=_name(get, "KUBERAY_NAMESPACE"),
+            api_server_cidrs=_cidrs(get, "API_SERVER_CIDRS"),
         )
 
 
@@ -159,3 +199,50 @@ def _seconds(get: _Getter, name: str, default: float) -> float:
     if value <= 0:
         raise SettingsError(f"{ENV_PREFIX}{name}: must be > 0 (got {raw!r})")
     return value
+
+
+def _list(get: _Getter, name: str) -> tuple[str, ...]:
+    """A comma-separated list (blanks dropped)."""
+    return tuple(item.strip() for item in (get(name) or "").split(",") if item.strip())
+
+
+def _pairs(get: _Getter, name: str) -> tuple[tuple[str, str], ...]:
+    """`key=value,key2=value2` (a node selector)."""
+    pairs = []
+    for item in _list(get, name):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise SettingsError(
+                f"{ENV_PREFIX}{name}: must be key=value pairs separated by commas (got {item!r})"
+            )
+        pairs.append((key.strip(), value.strip()))
+    return tuple(pairs)
+
+
+def _bool(get: _Getter, name: str) -> bool:
+    raw = (get(name) or "false").lower()
+    if raw not in {"true", "false"}:
+        raise SettingsError(f"{ENV_PREFIX}{name}: must be true or false (got {raw!r})")
+    return raw == "true"
+
+
+def _name(get: _Getter, name: str) -> str | None:
+    raw = get(name)
+    if raw is not None and not re.fullmatch(DNS_LABEL, raw):
+        raise SettingsError(f"{ENV_PREFIX}{name}: must be a namespace name (got {raw!r})")
+    return raw
+
+
+_CIDR = TypeAdapter(Cidr)
+
+
+def _cidrs(get: _Getter, name: str) -> tuple[str, ...]:
+    found = []
+    for item in _list(get, name):
+        try:
+            found.append(_CIDR.validate_python(item))
+        except ValidationError:
+            raise SettingsError(
+                f"{ENV_PREFIX}{name}: must be CIDRs such as 10.0.0.1/32 (got {item!r})"
+            ) from None
+    return tuple(found)

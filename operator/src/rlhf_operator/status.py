@@ -19,7 +19,8 @@ The run policy lives here as a small state machine over the current attempt's Ra
 - otherwise                          -> Pending/Provisioning/Running/Suspended from KubeRay's
                                         jobDeploymentStatus
 
-`status.trainer` is the trainer's: read here (Checkpointed, outcome), never written. The
+`status.trainer` mirrors the trainer's validated report (its ConfigMap, observed.py): read
+here (Checkpointed, outcome) and written back as it is. The
 operator's actions (create the attempt's RayJob, delete finished ones, TTL) follow from the
 computed status in `reconcile.decide`; `evaluate` also says when time alone will change it.
 """
@@ -99,11 +100,21 @@ def compute_status(
 
 
 def _children_applied(conds: Conditions, observed: Observed) -> None:
-    if observed.apply_failures:
+    if observed.conflicts:
+        taken = "; ".join(observed.conflicts)
+        message = f"left untouched, not this job's: {taken}. {CONFLICT_HINT}"
+        conds.set(ConditionType.CHILDREN_APPLIED, F, R.CHILD_CONFLICT, bounded(message))
+    elif observed.apply_failures:
         summaries = "; ".join(f.summary for f in observed.apply_failures)
         conds.set(ConditionType.CHILDREN_APPLIED, F, R.CHILD_APPLY_FAILED, bounded(summaries))
     else:
         conds.set(ConditionType.CHILDREN_APPLIED, T, R.CHILDREN_APPLIED, "")
+
+
+CONFLICT_HINT = (
+    "Delete or rename it (a PVC kept from an earlier job with this name can be reused as "
+    "spec.checkpoint.storage.claimName), or rename the RLHFJob"
+)
 
 
 def evaluate(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import json
 import os
 import pathlib
 import signal
@@ -19,8 +20,10 @@ import aiohttp
 import yaml
 
 from emulator import Emulator
+from rlhf_operator.builders.common import report_name
 from rlhf_operator.runner import run_operator
 from rlhf_operator.settings import OperatorSettings
+from rlhf_trainer.config.report import OUTCOME_KEY, PROGRESS_KEY
 
 RLHFJOBS = "rlhfjobs.rlhf.dev"
 RAYJOBS = "rayjobs.ray.io"
@@ -189,6 +192,8 @@ class Cluster:
         for resource in (
             "serviceaccounts",
             "configmaps",
+            "secrets",
+            "networkpolicies.networking.k8s.io",
             "persistentvolumeclaims",
             "roles.rbac.authorization.k8s.io",
             "rolebindings.rbac.authorization.k8s.io",
@@ -210,8 +215,15 @@ class Cluster:
         self.k8s.patch_status(RAYJOBS, ray_job, status, self.namespace)
 
     def trainer_reports(self, job: str, report: dict[str, Any]) -> None:
-        """The trainer's part: merge-patch status.trainer, as its status reporter does."""
-        self.k8s.patch_status(RLHFJOBS, job, {"trainer": report}, self.namespace)
+        """The trainer's part: merge-patch its report ConfigMap as `rlhf_trainer.reporting.kube`
+        does, the progress and the outcome each under its own key."""
+        data: dict[str, str] = {}
+        progress = {k: v for k, v in report.items() if k != "outcome"}
+        if progress:
+            data[PROGRESS_KEY] = json.dumps(progress)
+        if "outcome" in report:
+            data[OUTCOME_KEY] = json.dumps(report["outcome"])
+        self.k8s.patch("configmaps", report_name(job), {"data": data}, self.namespace)
 
     def reasons(self, job: str) -> list[str]:
         return [e.reason for e in self.k8s.events(self.namespace, about=job)]

@@ -77,7 +77,8 @@ async def test_quota_refusal_is_a_condition_and_holds_back_the_rayjob(operator: 
         "ChildrenApplied=False",
     )
     [condition] = [x for x in c.status("ppo-q")["conditions"] if x["type"] == "ChildrenApplied"]
-    assert condition["message"] == f"ConfigMap ppo-q-config: HTTP 403 Forbidden: {quota}"
+    # Both of the job's ConfigMaps (the report and the config) met the quota.
+    assert f"ConfigMap ppo-q-config: HTTP 403 Forbidden: {quota}" in condition["message"]
     assert not c.ray_jobs("ppo-q")  # its pods would mount the missing ConfigMap
     # The quota frees up (the fault is spent): the backoff's next try goes through.
     await c.until(lambda: c.ray_jobs("ppo-q"), "RayJob once the ConfigMap exists", timeout=20)

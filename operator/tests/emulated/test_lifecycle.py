@@ -19,7 +19,9 @@ async def test_create_makes_valid_owned_children(operator: Cluster) -> None:
     children = c.children("dpo-tiny")
     assert children == {
         "ServiceAccount": ["dpo-tiny-trainer"],
-        "ConfigMap": ["dpo-tiny-config"],
+        "ConfigMap": ["dpo-tiny-config", "dpo-tiny-report"],
+        "Secret": ["dpo-tiny-ray-token"],
+        "NetworkPolicy": ["dpo-tiny-ray"],
         "PersistentVolumeClaim": ["dpo-tiny-checkpoints"],
         "Role": ["dpo-tiny-trainer"],
         "RoleBinding": ["dpo-tiny-trainer"],
@@ -31,6 +33,9 @@ async def test_create_makes_valid_owned_children(operator: Cluster) -> None:
     assert rayjob_errors(stored) == []
     for resource, name in (
         ("configmaps", "dpo-tiny-config"),
+        ("configmaps", "dpo-tiny-report"),
+        ("secrets", "dpo-tiny-ray-token"),
+        ("networkpolicies.networking.k8s.io", "dpo-tiny-ray"),
         ("serviceaccounts", "dpo-tiny-trainer"),
         ("roles.rbac.authorization.k8s.io", "dpo-tiny-trainer"),
         ("rolebindings.rbac.authorization.k8s.io", "dpo-tiny-trainer"),
@@ -73,7 +78,7 @@ async def test_kuberay_states_drive_phases_conditions_and_events(operator: Clust
     assert status["rayJob"]["dashboardUrl"] == "ppo-a-r0-head-svc.default.svc:8265"
     assert c.conditions("ppo-a")["Running"] == ("True", "Training")
 
-    # The trainer reports progress; the operator reads it and never overwrites it.
+    # The trainer reports progress into its report object; the operator mirrors it.
     c.trainer_reports(
         "ppo-a",
         {

@@ -82,19 +82,26 @@ async def test_kueue_owns_suspend_while_queued(operator: Cluster) -> None:
     assert c.ray_jobs("ppo-q")[0]["spec"]["suspend"] is False
 
 
-async def test_orphan_with_our_name_is_adopted_and_corrected(operator: Cluster) -> None:
+async def test_orphan_with_our_name_is_not_adopted(operator: Cluster) -> None:
+    # No adoption by name: an object without this job's controller reference is someone
+    # else's, whatever its name (adopting it would let a job author have the operator rewrite
+    # and later garbage-collect what they could not edit themselves).
     c = operator
     c.k8s.create(
         "configmaps",
         {"metadata": {"name": "ppo-ad-config"}, "data": {"job.yaml": "stale"}},
         "default",
     )
+    before = c.k8s.get("configmaps", "ppo-ad-config", "default")
     c.create(ppo_manifest("ppo-ad"))
-    await c.until(lambda: c.ray_jobs("ppo-ad"), "RayJob")
-    config_map = c.k8s.get("configmaps", "ppo-ad-config", "default")
-    assert config_map["metadata"]["ownerReferences"][0]["name"] == "ppo-ad"
-    assert config_map["data"]["job.yaml"].startswith("algorithm:")
-    await c.until(lambda: "Adopted" in c.reasons("ppo-ad"), "Adopted event")
+    await c.until(
+        lambda: c.conditions("ppo-ad").get("ChildrenApplied") == ("False", "ChildConflict"),
+        "ChildConflict",
+    )
+    assert "ConfigMap ppo-ad-config (not created by this job)" in c.status("ppo-ad")["message"]
+    assert c.k8s.get("configmaps", "ppo-ad-config", "default") == before
+    assert not c.ray_jobs("ppo-ad")
+    await c.until(lambda: "ChildConflict" in c.reasons("ppo-ad"), "ChildConflict event")
 
 
 async def test_two_replicas_with_peering_one_works(cluster: Cluster) -> None:

@@ -81,11 +81,23 @@ async def test_deleting_the_job_removes_children_but_keeps_retained_checkpoints(
         lambda: c.children("ppo-x") == {"PersistentVolumeClaim": ["ppo-x-checkpoints"]},
         f"children collected, checkpoints kept (now {c.children('ppo-x')})",
     )
-    # Re-creating the job reuses the kept checkpoints (adopts the PVC) and resumes.
+    # A new job with the same name is another job: the kept PVC is not its own (it carries
+    # the first job's UID), so it is left alone and the new job waits, saying how to reuse it.
+    kept = c.k8s.get("persistentvolumeclaims", "ppo-x-checkpoints", "default")
     c.create(ppo_manifest("ppo-x", checkpoint={"storage": {"size": "10Gi"}}))
-    await c.until(lambda: c.ray_jobs("ppo-x"), "RayJob of the new job")
-    pvc = c.k8s.get("persistentvolumeclaims", "ppo-x-checkpoints", "default")
-    assert "ownerReferences" not in pvc["metadata"]  # still retained
+    await c.until(
+        lambda: c.conditions("ppo-x").get("ChildrenApplied") == ("False", "ChildConflict"),
+        "ChildConflict on the kept PVC",
+    )
+    [applied] = [x for x in c.status("ppo-x")["conditions"] if x["type"] == "ChildrenApplied"]
+    assert "PersistentVolumeClaim ppo-x-checkpoints (kept from an earlier job" in applied["message"]
+    assert "claimName" in applied["message"]
+    assert c.k8s.get("persistentvolumeclaims", "ppo-x-checkpoints", "default") == kept
+    assert not c.ray_jobs("ppo-x")
+    # Named as the job's claim, the kept volume is the user's to reuse.
+    claim = {"claimName": "ppo-x-checkpoints", "size": None}
+    c.edit_spec("ppo-x", {"checkpoint": {"storage": claim}})
+    await c.until(lambda: c.ray_jobs("ppo-x"), "RayJob of the new job on the kept claim")
 
 
 async def test_child_owned_by_someone_else_is_left_alone(operator: Cluster) -> None:
@@ -124,11 +136,16 @@ async def test_child_owned_by_someone_else_is_left_alone(operator: Cluster) -> N
     )
 
 
+NETWORK_POLICIES = "networkpolicies.networking.k8s.io"
+
+
 def _all_children(k8s: Emulator) -> dict[str, list[str]]:
     found: dict[str, list[str]] = {}
     for resource in (
         "serviceaccounts",
         "configmaps",
+        "secrets",
+        NETWORK_POLICIES,
         "roles.rbac.authorization.k8s.io",
         "rolebindings.rbac.authorization.k8s.io",
         RAYJOBS,
@@ -155,7 +172,8 @@ async def test_operator_killed_mid_reconcile_converges_after_restart_without_dup
             c.create(ppo_manifest(name, runPolicy={"backoffLimit": 2}))
         await c.until(
             lambda: (
-                len(_all_children(k8s).get("configmaps", [])) == jobs
+                len([n for n in _all_children(k8s).get("configmaps", []) if n.endswith("-config")])
+                == jobs
                 and k8s.requests.count("create", RAYJOBS) >= jobs
             ),
             "children but no RayJobs yet",
@@ -199,7 +217,9 @@ async def test_operator_killed_mid_reconcile_converges_after_restart_without_dup
         children = _all_children(k8s)
         expected: dict[str, Any] = {
             "serviceaccounts": sorted(f"{n}-trainer" for n in names),
-            "configmaps": sorted(f"{n}-config" for n in names),
+            "configmaps": sorted([f"{n}-config" for n in names] + [f"{n}-report" for n in names]),
+            "secrets": sorted(f"{n}-ray-token" for n in names),
+            NETWORK_POLICIES: sorted(f"{n}-ray" for n in names),
             "roles.rbac.authorization.k8s.io": sorted(f"{n}-trainer" for n in names),
             "rolebindings.rbac.authorization.k8s.io": sorted(f"{n}-trainer" for n in names),
             RAYJOBS: sorted(f"{n}-r1" for n in names),

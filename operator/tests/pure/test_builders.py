@@ -18,7 +18,7 @@ import yaml
 from rlhf_operator.api.v1alpha1 import RLHFJob
 from rlhf_operator.builders.children import render_children
 from rlhf_operator.builders.common import BuildError, multiply_quantity
-from rlhf_operator.render import render_file, to_yaml
+from rlhf_operator.render import PLACEHOLDER_UID, render_file, to_yaml
 from rlhf_operator.settings import OperatorSettings
 from support.examples import example_files, local_only_examples
 
@@ -88,17 +88,20 @@ def _objects(name: str) -> dict[str, dict[str, Any]]:
 
 
 def test_children_are_owned_named_and_labelled() -> None:
-    objects = _objects("ppo-7b-paper")
-    assert list(objects) == [
+    children = _render(FIXTURES / "ppo-7b-paper.yaml")
+    assert [o["kind"] for o in children] == [
         "ServiceAccount",
+        "ConfigMap",
         "Role",
         "RoleBinding",
         "ConfigMap",
+        "Secret",
+        "NetworkPolicy",
         "PersistentVolumeClaim",
         "RayJob",
     ]
-    for kind, obj in objects.items():
-        meta = obj["metadata"]
+    for obj in children:
+        kind, meta = obj["kind"], obj["metadata"]
         assert meta["namespace"] == "team-a"
         assert meta["name"].startswith("ppo-7b-")
         assert meta["labels"]["rlhf.dev/job"] == "ppo-7b"
@@ -108,6 +111,9 @@ def test_children_are_owned_named_and_labelled() -> None:
         assert (owners == []) == (kind == "PersistentVolumeClaim"), kind
         for ref in owners:
             assert (ref["kind"], ref["name"], ref["controller"]) == ("RLHFJob", "ppo-7b", True)
+        if not owners:
+            # Ownership without a reference: the job's UID, which only this job has.
+            assert meta["annotations"] == {"rlhf.dev/job-uid": PLACEHOLDER_UID}
 
 
 def test_not_retained_pvc_is_owned() -> None:
@@ -115,14 +121,14 @@ def test_not_retained_pvc_is_owned() -> None:
     assert pvc["metadata"]["ownerReferences"][0]["kind"] == "RLHFJob"
 
 
-def test_role_allows_patching_only_this_jobs_status() -> None:
+def test_role_allows_patching_only_this_jobs_report() -> None:
     role = _objects("ppo-7b-paper")["Role"]
     assert role["rules"] == [
         {
-            "apiGroups": ["rlhf.dev"],
-            "resources": ["rlhfjobs/status"],
-            "resourceNames": ["ppo-7b"],
-            "verbs": ["get", "patch"],
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": ["ppo-7b-report"],
+            "verbs": ["patch"],
         }
     ]
 

@@ -99,9 +99,12 @@ def test_render_prints_every_child(capsys: pytest.CaptureFixture[str]) -> None:
     objects = list(yaml.safe_load_all(capsys.readouterr().out))
     assert [o["kind"] for o in objects] == [
         "ServiceAccount",
+        "ConfigMap",
         "Role",
         "RoleBinding",
         "ConfigMap",
+        "Secret",
+        "NetworkPolicy",
         "PersistentVolumeClaim",
         "RayJob",
     ]

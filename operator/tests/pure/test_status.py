@@ -8,7 +8,13 @@ from typing import Any
 
 import pytest
 
-from rlhf_operator.api.v1alpha1 import ConditionReason, ConditionType, Phase, RLHFJobStatus
+from rlhf_operator.api.v1alpha1 import (
+    ConditionReason,
+    ConditionType,
+    Phase,
+    RLHFJobStatus,
+    TrainerReport,
+)
 from rlhf_operator.events import EventReason
 from rlhf_operator.observed import Observed
 from rlhf_operator.reconcile import decide, status_patch
@@ -226,14 +232,39 @@ def test_missing_dependency_waits_without_a_rayjob() -> None:
     assert decision.waiting is not None and "math-reward" in decision.waiting
     kinds = [d.kind for d in decision.apply]
     # Everything but the RayJob: the storage PVC the pods will mount too.
-    assert kinds == ["ServiceAccount", "Role", "RoleBinding", "ConfigMap", "PersistentVolumeClaim"]
+    assert kinds == [
+        "ServiceAccount",
+        "ConfigMap",
+        "Role",
+        "RoleBinding",
+        "ConfigMap",
+        "Secret",
+        "NetworkPolicy",
+        "PersistentVolumeClaim",
+    ]
     assert [e.reason for e in decision.events] == [EventReason.DEPENDENCY_MISSING]
 
 
 def test_child_owned_by_someone_else_is_not_taken() -> None:
-    decision = decide(job_body(), Observed(conflicts=("ConfigMap ppo-7b-config",)), SETTINGS, NOW)
+    taken = "ConfigMap ppo-7b-config (controlled by Secret/other)"
+    decision = decide(job_body(), Observed(conflicts=(taken,)), SETTINGS, NOW)
     assert "RayJob" not in [d.kind for d in decision.apply]
+    found = {c.type: c for c in decision.status.conditions}
     assert conditions(decision.status)["Admitted"] == (F, "ChildConflict")
+    applied = found[ConditionType.CHILDREN_APPLIED]
+    assert (applied.status, applied.reason) == (F, ConditionReason.CHILD_CONFLICT)
+    assert taken in applied.message and "claimName" in applied.message
+    # One Warning event, from ChildrenApplied.
+    assert [e.reason for e in decision.events].count(EventReason.CHILD_CONFLICT) == 1
+
+
+def test_a_conflict_shows_while_the_rayjob_runs() -> None:
+    # A child kind added by an operator upgrade may collide while the job already runs.
+    taken = "NetworkPolicy ppo-7b-ray (not created by this job)"
+    observed = Observed.of([ray_job(0, "Running", "RUNNING")], conflicts=(taken,))
+    status = decide(job_body(), observed, SETTINGS, NOW).status
+    assert status.phase is Phase.RUNNING
+    assert conditions(status)["ChildrenApplied"] == (F, "ChildConflict")
 
 
 def test_kueue_owns_suspend_of_queued_rayjobs() -> None:
@@ -465,8 +496,23 @@ def test_checkpoints_from_the_trainer_report() -> None:
     checkpointed = {c.type: c for c in decision.status.conditions}[ConditionType.CHECKPOINTED]
     assert checkpointed.reason is ConditionReason.CHECKPOINT_SAVED
     assert checkpointed.message == "step 20: /checkpoints/step-20"
-    # The operator never writes the trainer's part.
-    assert "trainer" not in status_patch(body["status"], decision.status)
+    # Nothing new observed: the mirror keeps the report's values (only defaults are added).
+    trainer = status_patch(body["status"], decision.status).get("trainer", {})
+    assert set(trainer) <= {"metrics"} and not trainer.get("metrics")
+
+
+def test_the_report_object_is_mirrored_into_status_trainer() -> None:
+    body = job_body(status={"trainer": {"step": 1, "progress": "1/100"}})
+    report = TrainerReport.model_validate({"step": 30, "totalSteps": 100, "progress": "30/100"})
+    observed = Observed.of([ray_job(0, "Running", "RUNNING")], report=report)
+    decision = decide(body, observed, SETTINGS, NOW)
+    assert decision.status.trainer == report
+    patch = status_patch(body["status"], decision.status)
+    assert {k: patch["trainer"][k] for k in ("step", "progress", "totalSteps")} == {
+        "step": 30,
+        "progress": "30/100",
+        "totalSteps": 100,
+    }
 
 
 def test_status_patch_removes_cleared_fields() -> None:
@@ -474,4 +520,4 @@ def test_status_patch_removes_cleared_fields() -> None:
     new = RLHFJobStatus.model_validate({"phase": "Suspended", "message": "suspended"})
     patch = status_patch(old, new)
     assert patch["startTime"] is None and patch["phase"] == "Suspended"
-    assert "trainer" not in patch
+    assert patch["trainer"] is None

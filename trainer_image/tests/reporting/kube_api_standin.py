@@ -1,4 +1,4 @@
-"""A stand-in for the Kubernetes API server: records PATCHes of rlhfjobs/<name>/status."""
+"""A stand-in for the Kubernetes API server: records merge PATCHes of the report ConfigMap."""
 
 from __future__ import annotations
 
@@ -18,7 +18,12 @@ class ApiServer:
     url: str = ""
     patches: list[dict[str, Any]] = field(default_factory=list)
     fail_with: int | None = None  # answer every request with this HTTP status
-    status: dict[str, Any] = field(default_factory=dict)  # the object's status, merged
+    data: dict[str, Any] = field(default_factory=dict)  # the ConfigMap's data, merged
+
+    def document(self, key: str) -> dict[str, Any]:
+        """One key of the data, parsed as the JSON document the trainer wrote."""
+        parsed: dict[str, Any] = json.loads(self.data[key])
+        return parsed
 
 
 def _merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
@@ -51,8 +56,8 @@ def kube_api(tls: ssl.SSLContext | None = None) -> Iterator[ApiServer]:
             if api.fail_with is not None:
                 self._answer(api.fail_with, {"kind": "Status", "message": "nope"})
                 return
-            _merge(api.status, body["status"])
-            self._answer(200, {"status": api.status})
+            _merge(api.data, body.get("data") or {})
+            self._answer(200, {"data": api.data})
 
         def _answer(self, code: int, obj: dict[str, Any]) -> None:
             data = json.dumps(obj).encode()

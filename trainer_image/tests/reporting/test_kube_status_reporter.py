@@ -1,8 +1,10 @@
-"""status.trainer patches against a local API server stand-in: shape, throttling, failures."""
+"""Report patches against a local API server stand-in: where they go, shape, throttling,
+failures."""
 
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import shutil
 import ssl
@@ -16,7 +18,8 @@ import pytest
 import yaml
 from kube_api_standin import ApiServer, kube_api
 
-from rlhf_trainer.reporting.kube import KubeStatusReporter, KubeTarget, target_from_env
+from rlhf_trainer.config.report import PROGRESS_KEY
+from rlhf_trainer.reporting.kube import KubeReporter, KubeTarget, target_from_env
 from rlhf_trainer.reporting.reporter import Reporter
 
 CRD = Path(__file__).resolve().parents[3] / "crds" / "rlhf.dev_rlhfjobs.yaml"
@@ -36,21 +39,24 @@ def api() -> Iterator[ApiServer]:
         yield server
 
 
-def reporter_for(
-    api: ApiServer, tmp_path: Path, clock: Clock
-) -> tuple[Reporter, KubeStatusReporter]:
+def reporter_for(api: ApiServer, tmp_path: Path, clock: Clock) -> tuple[Reporter, KubeReporter]:
     token = tmp_path / "token"
     token.write_text("secret-token\n")
     env = {
         "RLHF_JOB_NAME": "tiny",
         "RLHF_JOB_NAMESPACE": "team-a",
+        "RLHF_JOB_REPORT": "tiny-report",
         "RLHF_KUBE_API_URL": api.url,
         "RLHF_KUBE_TOKEN_FILE": str(token),
     }
     target = target_from_env(env)
     assert target is not None
-    kube = KubeStatusReporter(target, min_interval=5.0, clock=clock)
+    kube = KubeReporter(target, min_interval=5.0, clock=clock)
     return Reporter([kube]), kube
+
+
+def sent_steps(api: ApiServer) -> list[int]:
+    return [json.loads(p["body"]["data"][PROGRESS_KEY])["step"] for p in api.patches]
 
 
 def step(reporter: Reporter, n: int, total: int = 10, reward: float = 0.5) -> None:
@@ -65,7 +71,7 @@ def crd_trainer_schema() -> dict[str, Any]:
     return trainer
 
 
-def test_patch_shape_matches_the_crd_and_goes_to_the_status_subresource(
+def test_patches_go_to_the_report_configmap_in_the_shape_of_the_crd(
     api: ApiServer, tmp_path: Path
 ) -> None:
     reporter, _ = reporter_for(api, tmp_path, Clock())
@@ -73,10 +79,12 @@ def test_patch_shape_matches_the_crd_and_goes_to_the_status_subresource(
     reporter.on_checkpoint(1, tmp_path / "step-000001")
     reporter.close()
     first = api.patches[0]
-    assert first["path"] == "/apis/rlhf.dev/v1alpha1/namespaces/team-a/rlhfjobs/tiny/status"
+    # The report object, never the RLHFJob: the trainer's Role allows nothing else.
+    assert first["path"] == "/api/v1/namespaces/team-a/configmaps/tiny-report"
     assert first["content_type"] == "application/merge-patch+json"
     assert first["authorization"] == "Bearer secret-token"
-    trainer = api.status["trainer"]
+    assert set(first["body"]) == {"data"} and set(first["body"]["data"]) == {PROGRESS_KEY}
+    trainer = api.document(PROGRESS_KEY)
     jsonschema.validate(trainer, crd_trainer_schema())
     assert trainer["step"] == 1 and trainer["totalSteps"] == 10 and trainer["progress"] == "1/10"
     assert trainer["reward"] == 0.5 and trainer["metrics"] == {"reward": 0.5, "kl": 0.01}
@@ -93,9 +101,9 @@ def test_patches_are_throttled_but_the_final_step_always_goes(
     for n in range(1, 10):  # 1 s apart: one patch every 5 s at most
         step(reporter, n)
         clock.now += 1.0
-    assert [p["body"]["status"]["trainer"]["step"] for p in api.patches] == [1, 6]
+    assert sent_steps(api) == [1, 6]
     step(reporter, 10)  # final: sent at once although only 4 s passed
-    assert api.patches[-1]["body"]["status"]["trainer"]["step"] == 10
+    assert sent_steps(api)[-1] == 10
 
 
 def test_close_flushes_the_last_unsent_step(api: ApiServer, tmp_path: Path) -> None:
@@ -104,7 +112,7 @@ def test_close_flushes_the_last_unsent_step(api: ApiServer, tmp_path: Path) -> N
     step(reporter, 1)
     step(reporter, 2)  # throttled
     reporter.close()
-    assert [p["body"]["status"]["trainer"]["step"] for p in api.patches] == [1, 2]
+    assert sent_steps(api) == [1, 2]
 
 
 def test_api_errors_are_logged_and_training_goes_on(
@@ -122,12 +130,12 @@ def test_api_errors_are_logged_and_training_goes_on(
     api.fail_with = None
     clock.now += 10.0
     step(reporter, 3)
-    assert api.status["trainer"]["step"] == 3
+    assert api.document(PROGRESS_KEY)["step"] == 3
 
 
 def test_unreachable_api_server_does_not_raise(tmp_path: Path) -> None:
     target = KubeTarget("http://127.0.0.1:9", "ns", "job", None, None)
-    reporter = Reporter([KubeStatusReporter(target, timeout=1.0)])
+    reporter = Reporter([KubeReporter(target, timeout=1.0)])
     reporter.on_step(10, 10, {"reward": 1.0}, {"total": 1.0})
     reporter.close()
 
@@ -145,7 +153,7 @@ def test_unreachable_api_server_does_not_raise(tmp_path: Path) -> None:
                 "KUBERNETES_SERVICE_HOST": "10.0.0.1",
                 "KUBERNETES_SERVICE_PORT": "6443",
             },
-            "https://10.0.0.1:6443/apis/rlhf.dev/v1alpha1/namespaces/n/rlhfjobs/j/status",
+            "https://10.0.0.1:6443/api/v1/namespaces/n/configmaps/j-report",
         ),
         (
             {
@@ -154,18 +162,35 @@ def test_unreachable_api_server_does_not_raise(tmp_path: Path) -> None:
                 "KUBERNETES_SERVICE_HOST": "fd00::1",
                 "KUBERNETES_SERVICE_PORT": "443",
             },
-            "https://[fd00::1]:443/apis/rlhf.dev/v1alpha1/namespaces/n/rlhfjobs/j/status",
+            "https://[fd00::1]:443/api/v1/namespaces/n/configmaps/j-report",
         ),
         (
             {"RLHF_JOB_NAME": "j", "RLHF_JOB_NAMESPACE": "n", "RLHF_KUBE_API_URL": "http://x:1/"},
-            "http://x:1/apis/rlhf.dev/v1alpha1/namespaces/n/rlhfjobs/j/status",
+            "http://x:1/api/v1/namespaces/n/configmaps/j-report",
+        ),
+        (
+            {
+                "RLHF_JOB_NAME": "j",
+                "RLHF_JOB_NAMESPACE": "n",
+                "RLHF_JOB_REPORT": "r",
+                "RLHF_KUBE_API_URL": "http://x:1",
+            },
+            "http://x:1/api/v1/namespaces/n/configmaps/r",
         ),
     ],
-    ids=["no-env", "no-namespace", "no-api-server", "in-cluster", "in-cluster-ipv6", "override"],
+    ids=[
+        "no-env",
+        "no-namespace",
+        "no-api-server",
+        "in-cluster",
+        "in-cluster-ipv6",
+        "override",
+        "named-report",
+    ],
 )
 def test_target_from_env(env: dict[str, str], url: str | None) -> None:
     target = target_from_env(env)
-    assert (target.status_url if target else None) == url
+    assert (target.report_url if target else None) == url
 
 
 def self_signed(tmp_path: Path) -> tuple[Path, Path]:
@@ -205,9 +230,9 @@ def test_https_with_the_service_account_ca(tmp_path: Path) -> None:
         env = {"RLHF_JOB_NAME": "j", "RLHF_JOB_NAMESPACE": "n", "RLHF_KUBE_API_URL": api.url}
         trusted = target_from_env({**env, "RLHF_KUBE_CA_FILE": str(cert)})
         assert trusted is not None and trusted.ca_file == cert
-        assert KubeStatusReporter(trusted).patch({"step": 1})
-        assert api.status == {"trainer": {"step": 1}}
+        assert KubeReporter(trusted).write(PROGRESS_KEY, {"step": 1})
+        assert api.document(PROGRESS_KEY) == {"step": 1}
         # Without the cluster's CA the server is not trusted: reported as a failure, no raise.
-        untrusted = KubeTarget(api.url, "n", "j", None, None)
-        assert not KubeStatusReporter(untrusted).patch({"step": 2})
-        assert api.status == {"trainer": {"step": 1}}
+        untrusted = KubeTarget(api.url, "n", "j-report", None, None)
+        assert not KubeReporter(untrusted).write(PROGRESS_KEY, {"step": 2})
+        assert api.document(PROGRESS_KEY) == {"step": 1}

@@ -10,15 +10,19 @@ from ..placement import plan
 from ..settings import OperatorSettings
 from .common import JSON
 from .configmap import build_config_map
+from .network import build_network_policy
 from .pvc import build_pvc
 from .rayjob import build_ray_job
-from .rbac import build_role, build_role_binding, build_service_account
+from .report import build_report, build_role, build_role_binding, build_service_account
+from .secret import build_ray_token_secret
 
 
 @dataclass(frozen=True)
 class Children:
     allocation: Allocation
-    support: list[JSON]  # ServiceAccount, Role, RoleBinding, ConfigMap[, PVC]
+    # ServiceAccount, report ConfigMap, Role, RoleBinding, job ConfigMap, Ray token Secret,
+    # NetworkPolicy[, PVC]: everything the RayJob's pods need, before them.
+    support: list[JSON]
     ray_job: JSON
 
     @property
@@ -33,9 +37,13 @@ def render_children(
     allocation = plan(job.spec)
     support = [
         build_service_account(job),
+        build_report(job),
         build_role(job),
         build_role_binding(job),
         build_config_map(job),
+        build_ray_token_secret(job),
+        # Before any pod exists, so that no pod of the job is ever reachable from outside it.
+        build_network_policy(job, settings),
     ]
     pvc = build_pvc(job, settings)
     if pvc is not None:

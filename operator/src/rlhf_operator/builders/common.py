@@ -15,6 +15,11 @@ from ..settings import OPERATOR_NAME, OperatorSettings
 
 JOB_LABEL = f"{GROUP}/job"
 ATTEMPT_LABEL = f"{GROUP}/attempt"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+COMPONENT_LABEL = "app.kubernetes.io/component"
+# The UID of the job a child belongs to: how the operator proves ownership of a child that
+# has no owner reference by design (a retained storage PVC outlives its job).
+JOB_UID_ANNOTATION = f"{GROUP}/job-uid"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
 # Where things are in the trainer's pods.
@@ -49,6 +54,19 @@ def pvc_name(job: str) -> str:
     return f"{job}-checkpoints"
 
 
+def ray_token_secret_name(job: str) -> str:
+    return f"{job}-ray-token"
+
+
+def network_policy_name(job: str) -> str:
+    return f"{job}-ray"
+
+
+def report_name(job: str) -> str:
+    """The ConfigMap the trainer writes its report into (the only object it may change)."""
+    return f"{job}-report"
+
+
 def ray_job_name(job: str, attempt: int) -> str:
     """One RayJob per attempt: a retry is a fresh RayJob (a fresh Ray cluster)."""
     return f"{job}-r{attempt}"
@@ -58,9 +76,9 @@ def labels(job: str, component: str) -> dict[str, str]:
     return {
         "app.kubernetes.io/name": "rlhf-trainer",
         "app.kubernetes.io/instance": job,
-        "app.kubernetes.io/component": component,
+        COMPONENT_LABEL: component,
         "app.kubernetes.io/part-of": OPERATOR_NAME,
-        "app.kubernetes.io/managed-by": OPERATOR_NAME,
+        MANAGED_BY_LABEL: OPERATOR_NAME,
         JOB_LABEL: job,
     }
 
@@ -71,16 +89,25 @@ def owner_reference(job: RLHFJob) -> JSON:
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": KIND,
         "name": job.name,
-        "uid": str(job.metadata.get("uid", "")),
+        "uid": job_uid(job),
         "controller": True,
         "blockOwnerDeletion": True,
     }
 
 
+def job_uid(job: RLHFJob) -> str:
+    return str(job.metadata.get("uid", ""))
+
+
 def metadata(job: RLHFJob, name: str, component: str, *, owned: bool = True) -> JSON:
+    """`owned`: a controller reference (garbage-collected with the job). Without it the child
+    carries the job's UID in an annotation instead, so that the operator can still tell its
+    own from an object someone else made with the same name."""
     meta: JSON = {"name": name, "namespace": job.namespace, "labels": labels(job.name, component)}
     if owned:
         meta["ownerReferences"] = [owner_reference(job)]
+    else:
+        meta["annotations"] = {JOB_UID_ANNOTATION: job_uid(job)}
     return meta
 
 
@@ -116,8 +143,11 @@ def pod_security_context() -> JSON:
 
 
 def container_security_context() -> JSON:
+    """Pod Security "restricted", plus a read-only root filesystem: what a pod writes goes to
+    volumes with limits (volumes.py), not to the node's disk through the image's layers."""
     return {
         "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
         "runAsNonRoot": True,
         "capabilities": {"drop": ["ALL"]},
     }

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from rlhf_trainer.config.checkpoint import JOB_UID_ENV
 from rlhf_trainer.config.models import REMOTE_REWARD_TOKEN_ENV
+from rlhf_trainer.config.report import REPORT_ENV
 
 from ..api.v1alpha1 import RLHFJob
-from .common import JSON
-from .volumes import checkpoint_dir, output_dir
+from .common import JSON, report_name
+from .secret import RAY_AUTH_MODE_ENV, RAY_AUTH_TOKEN_ENV, ray_auth_env
+from .volumes import HOME_DIR, checkpoint_dir, output_dir
 
-# Names the operator sets; spec.env cannot override them.
+# Names the operator sets; spec.env cannot override them (a job must not turn its own Ray
+# authentication off, nor report into another object).
 RESERVED_ENV = (
     "RLHF_JOB_NAME",
     "RLHF_JOB_NAMESPACE",
@@ -18,7 +21,11 @@ RESERVED_ENV = (
     "RLHF_JOB_ATTEMPT",
     "RLHF_CHECKPOINT_DIR",
     "RLHF_OUTPUT_DIR",
+    REPORT_ENV,
     "RAY_JOB_STOP_WAIT_TIME_S",
+    RAY_AUTH_MODE_ENV,
+    RAY_AUTH_TOKEN_ENV,
+    "HOME",
 )
 
 
@@ -56,6 +63,9 @@ def trainer_env(job: RLHFJob, attempt: int) -> list[JSON]:
         {"name": "RLHF_JOB_ATTEMPT", "value": str(attempt)},
         {"name": "RLHF_CHECKPOINT_DIR", "value": checkpoint_dir(job)},
         {"name": "RLHF_OUTPUT_DIR", "value": output_dir(job)},
+        {"name": REPORT_ENV, "value": report_name(job.name)},
+        # The writable home of the read-only image (an emptyDir, volumes.scratch).
+        {"name": "HOME", "value": HOME_DIR},
         # Ray's job supervisor (on the head) sends SIGTERM when a job is stopped, then SIGKILL
         # after this many seconds (default 3): the trainer needs the pods' whole grace period
         # to checkpoint the last finished step.
@@ -63,5 +73,6 @@ def trainer_env(job: RLHFJob, attempt: int) -> list[JSON]:
             "name": "RAY_JOB_STOP_WAIT_TIME_S",
             "value": str(spec.run_policy.checkpoint_on_preemption_seconds),
         },
+        *ray_auth_env(job),
     ]
     return env

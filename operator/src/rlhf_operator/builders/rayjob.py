@@ -5,6 +5,11 @@ and one worker group per pod shape of the placement plan. Every pod mounts the j
 /etc/rlhf, the job's storage volume at /storage and its inputs (volumes.py). KubeRay shuts the
 Ray cluster down as soon as the job finishes, which frees the GPUs; retries are fresh RayJobs
 made by the operator, so KubeRay's own `backoffLimit` stays 0.
+
+Every pod is hardened the same way: Pod Security "restricted", a read-only root filesystem
+with size-limited scratch volumes, the job's own ServiceAccount (its token mounted only on the
+head, where the driver reports), and the job's Ray token (secret.py) so that the cluster
+answers nobody else.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from rlhf_trainer.config import Device
 from rlhf_trainer.config.checkpoint import AccessMode
 
 from ..api.v1alpha1 import Allocation, RLHFJob, WorkerGroupAllocation
+from ..policy import merged_node_selector
 from ..settings import OperatorSettings
 from .common import (
     ATTEMPT_LABEL,
@@ -33,7 +39,8 @@ from .common import (
     trainer_image,
 )
 from .env import trainer_env
-from .volumes import output_dir, storage_access_mode
+from .secret import auth_options, ray_auth_env
+from .volumes import SUBMITTER_SCRATCH, output_dir, scratch, storage_access_mode
 from .volumes import volumes as pod_volumes
 
 HEAD_PORTS = [
@@ -63,9 +70,16 @@ def _pod_template(
     container_name: str,
     resources: JSON,
     ports: list[JSON] | None = None,
+    reports: bool = False,
 ) -> JSON:
+    """`reports`: the pod runs the driver, which writes the job's report through the API:
+    only this pod mounts the ServiceAccount token."""
     p = job.spec.placement
     volumes, mounts = pod_volumes(job)
+    more_volumes, more_mounts = scratch(
+        p.resources.tmp_size, p.resources.cache_size, resources["limits"]["memory"]
+    )
+    volumes, mounts = volumes + more_volumes, mounts + more_mounts
     container: JSON = {
         "name": container_name,
         "image": trainer_image(job, settings),
@@ -79,6 +93,7 @@ def _pod_template(
         container["ports"] = ports
     pod: JSON = {
         "serviceAccountName": service_account_name(job.name),
+        "automountServiceAccountToken": reports,
         "securityContext": pod_security_context(),
         "containers": [container],
         "volumes": volumes,
@@ -88,8 +103,9 @@ def _pod_template(
     }
     if job.spec.image_pull_secrets:
         pod["imagePullSecrets"] = [{"name": n} for n in job.spec.image_pull_secrets]
-    if p.node_selector:
-        pod["nodeSelector"] = dict(p.node_selector)
+    node_selector = merged_node_selector(job.spec, settings)
+    if node_selector:
+        pod["nodeSelector"] = node_selector
     if p.tolerations:
         pod["tolerations"] = [t.to_manifest() for t in p.tolerations]
     if p.priority_class_name:
@@ -151,27 +167,37 @@ def _worker_group(
 
 
 def _submitter_template(job: RLHFJob, settings: OperatorSettings, attempt: int) -> JSON:
-    """KubeRay's submitter pod (`ray job submit`, its command is filled in by KubeRay): ours
-    only to run it non-root, like every other pod of the job."""
+    """KubeRay's submitter pod (`ray job submit`, its command is filled in by KubeRay): under
+    the job's ServiceAccount (never the namespace's default one) without its token, with the
+    job's Ray token, and as hardened as every other pod of the job."""
     amounts = {"cpu": "500m", "memory": "512Mi"}
+    volumes, mounts = scratch(SUBMITTER_SCRATCH, SUBMITTER_SCRATCH, None)
     template: JSON = {
         "metadata": {"labels": {**labels(job.name, "ray-submitter"), ATTEMPT_LABEL: str(attempt)}},
         "spec": {
             "restartPolicy": "Never",
+            "serviceAccountName": service_account_name(job.name),
+            "automountServiceAccountToken": False,
             "securityContext": pod_security_context(),
             "containers": [
                 {
                     "name": "ray-job-submitter",
                     "image": trainer_image(job, settings),
                     "imagePullPolicy": job.spec.image_pull_policy.value,
+                    "env": ray_auth_env(job),
                     "resources": {"requests": dict(amounts), "limits": dict(amounts)},
+                    "volumeMounts": mounts,
                     "securityContext": container_security_context(),
                 }
             ],
+            "volumes": volumes,
         },
     }
     if job.spec.image_pull_secrets:
         template["spec"]["imagePullSecrets"] = [{"name": n} for n in job.spec.image_pull_secrets]
+    if settings.policy.node_selector:
+        # The platform's own node pool; the job's (GPU) selector is for its Ray pods.
+        template["spec"]["nodeSelector"] = dict(settings.policy.node_selector)
     return template
 
 
@@ -212,6 +238,7 @@ def build_ray_job(
             container_name="ray-head",
             resources={"requests": dict(head_amounts), "limits": dict(head_amounts)},
             ports=HEAD_PORTS,
+            reports=True,
         ),
     }
     if storage_access_mode(job) is AccessMode.READ_WRITE_ONCE:
@@ -237,6 +264,8 @@ def build_ray_job(
             "suspend": suspend or bool(p.queue_name),
             "rayClusterSpec": {
                 "rayVersion": settings.ray_version,
+                # Ray token authentication (Ray >= 2.52): see secret.py.
+                "authOptions": auth_options(job),
                 "enableInTreeAutoscaling": False,
                 "headGroupSpec": head,
                 "workerGroupSpecs": [

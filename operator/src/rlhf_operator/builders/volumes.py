@@ -9,6 +9,11 @@
   models) is mounted read-only at /inputs/pvc/<claim> (the storage claim itself is already at
   /storage), every `configMapRef` file (data, reward function) at /inputs/configmap/<name>/.
   The ConfigMap's job config names the files by their path in the pod (`pod_job_config`).
+- Scratch: the root filesystem is read-only, so what Ray and the libraries write goes to
+  emptyDirs with a `sizeLimit` each (the kubelet evicts a pod past it rather than let it fill
+  the node): /tmp (Ray's session dir, logs, object spilling), the home directory (model
+  downloads, compile caches) and /dev/shm (Ray's object store, NCCL; in memory, so bounded by
+  the pod's memory limit).
 """
 
 from __future__ import annotations
@@ -27,6 +32,12 @@ from .common import CONFIG_DIR, JSON, config_map_name, pvc_name
 STORAGE_DIR = "/storage"
 INPUTS_DIR = "/inputs"
 STORAGE_VOLUME = "storage"
+TMP_DIR = "/tmp"
+# The trainer image's HOME (trainer_image/Dockerfile): HF_HOME and the compile caches are in it.
+HOME_DIR = "/home/ray"
+SHM_DIR = "/dev/shm"
+# The submitter only runs `ray job submit`: a little scratch is plenty.
+SUBMITTER_SCRATCH = "1Gi"
 
 
 def storage_claim(job: RLHFJob) -> str:
@@ -132,8 +143,6 @@ def volumes(job: RLHFJob) -> tuple[list[JSON], list[JSON]]:
     """(pod volumes, container mounts) shared by head and workers."""
     volume_list: list[JSON] = [
         {"name": "job-config", "configMap": {"name": config_map_name(job.name)}},
-        # Ray, NCCL and vLLM move tensors through shared memory; the default 64 MiB is too small.
-        {"name": "dshm", "emptyDir": {"medium": "Memory"}},
         {
             "name": STORAGE_VOLUME,
             "persistentVolumeClaim": {"claimName": storage_claim(job)},
@@ -141,7 +150,6 @@ def volumes(job: RLHFJob) -> tuple[list[JSON], list[JSON]]:
     ]
     mounts: list[JSON] = [
         {"name": "job-config", "mountPath": CONFIG_DIR, "readOnly": True},
-        {"name": "dshm", "mountPath": "/dev/shm"},
         {"name": STORAGE_VOLUME, "mountPath": STORAGE_DIR},
     ]
     wanted = inputs(job)
@@ -157,6 +165,20 @@ def volumes(job: RLHFJob) -> tuple[list[JSON], list[JSON]]:
         items = [{"key": k, "path": k} for k in keys]
         volume_list.append({"name": name, "configMap": {"name": cm, "items": items}})
         mounts.append({"name": name, "mountPath": f"{INPUTS_DIR}/configmap/{cm}", "readOnly": True})
+    return volume_list, mounts
+
+
+def scratch(tmp_size: str, home_size: str, shm_size: str | None) -> tuple[list[JSON], list[JSON]]:
+    """(volumes, mounts) of the writable scratch dirs of a pod whose root is read-only.
+    `shm_size`: the pod's memory limit (a memory-backed emptyDir counts against it); None
+    for a pod that needs no shared memory."""
+    dirs = [("tmp", TMP_DIR, {"sizeLimit": tmp_size}), ("home", HOME_DIR, {"sizeLimit": home_size})]
+    if shm_size is not None:
+        # Ray's object store, NCCL and vLLM move tensors through shared memory; the runtime's
+        # default /dev/shm of 64 MiB is far too small.
+        dirs.append(("dshm", SHM_DIR, {"medium": "Memory", "sizeLimit": shm_size}))
+    volume_list = [{"name": name, "emptyDir": source} for name, _, source in dirs]
+    mounts = [{"name": name, "mountPath": path} for name, path, _ in dirs]
     return volume_list, mounts
 
 

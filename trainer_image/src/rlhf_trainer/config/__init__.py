@@ -7,7 +7,7 @@ Kubernetes parts). Both validate cross-field rules and report problems by field 
 from .algorithm import AlgorithmConfig, AlgorithmName, KLEstimator, LossAggregation
 from .base import ConfigModel, Problem
 from .checkpoint import RESUME_LATEST, CheckpointConfig, CheckpointStorage, ResumePolicy
-from .cluster import EnvVar, RunPolicy, SecretKeyRef, SecretRefs
+from .cluster import EgressPolicy, EnvVar, NetworkConfig, RunPolicy, SecretKeyRef, SecretRefs
 from .data import DataConfig, DatasetSource
 from .errors import validation_messages
 from .job import JobConfig, JobSpec
@@ -54,6 +54,7 @@ __all__ = [
     "DatasetSource",
     "Device",
     "DeviceGroup",
+    "EgressPolicy",
     "EnvVar",
     "ExitCode",
     "FailureClass",
@@ -69,6 +70,7 @@ __all__ = [
     "LossAggregation",
     "ModelSource",
     "ModelsConfig",
+    "NetworkConfig",
     "PlacementConfig",
     "PodGroup",
     "Problem",

@@ -1,16 +1,18 @@
-"""The Kubernetes-only parts of an RLHFJob spec: image, environment, secrets, run policy.
+"""The Kubernetes-only parts of an RLHFJob spec: image, environment, secrets, run policy, network.
 
 They live beside the job config (not in the operator) so that `rlhf validate` checks a whole
 manifest with the very models the operator uses; the trainer ignores them."""
 
 from __future__ import annotations
 
+import ipaddress
 from enum import StrEnum
-from typing import Self
+from typing import Annotated, Self
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, StringConstraints, model_validator
 
 from .base import ConfigModel
+from .names import CIDR
 from .refs import ConfigMapKeyRef, SecretKeyRef
 
 __all__ = ["ConfigMapKeyRef", "SecretKeyRef"]
@@ -85,3 +87,47 @@ class RunPolicy(ConfigModel):
         description="Grace the pods get after SIGTERM (node drain, eviction) to checkpoint the "
         "last finished step; the pods' terminationGracePeriodSeconds.",
     )
+
+
+class EgressPolicy(StrEnum):
+    # Model and data downloads (Hugging Face, object stores, pip) need the internet.
+    OPEN = "open"
+    # DNS, the job's own pods, the Kubernetes API (the trainer's report) and egressCidrs only.
+    RESTRICTED = "restricted"
+
+
+def _network(value: str) -> str:
+    """A CIDR that the NetworkPolicy API takes as written (host bits zero)."""
+    try:
+        network = ipaddress.ip_network(value, strict=True)
+    except ValueError as err:
+        raise ValueError(f"not a CIDR such as 10.0.0.0/8: {err}") from None
+    return str(network)
+
+
+Cidr = Annotated[str, StringConstraints(pattern=CIDR, max_length=43), AfterValidator(_network)]
+
+
+class NetworkConfig(ConfigModel):
+    """Who the job's pods may talk to (ingress: only the job's own pods, and KubeRay)."""
+
+    # Ingress is always closed to everything but the job's own pods (and KubeRay's operator,
+    # for the dashboard): the operator's NetworkPolicy. Egress is open unless restricted.
+
+    egress: EgressPolicy = Field(
+        EgressPolicy.OPEN,
+        description="open (default): the pods may reach anything (model and data downloads); "
+        "restricted: only DNS, the job's own pods, the Kubernetes API and egressCidrs.",
+    )
+    egress_cidrs: list[Cidr] = Field(
+        default_factory=list,
+        max_length=64,
+        description="With egress: restricted, further destinations the pods may reach (e.g. "
+        "an object store or a model mirror), any port.",
+    )
+
+    @model_validator(mode="after")
+    def _cidrs_need_restricted(self) -> Self:
+        if self.egress_cidrs and self.egress is not EgressPolicy.RESTRICTED:
+            raise ValueError("egressCidrs only apply with egress: restricted (open allows all)")
+        return self

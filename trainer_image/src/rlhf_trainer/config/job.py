@@ -9,7 +9,7 @@ from pydantic import Field, StringConstraints, model_validator
 from .algorithm import AlgorithmConfig
 from .base import ConfigModel, raise_problems
 from .checkpoint import CheckpointConfig, ResumePolicy
-from .cluster import EnvVar, PullPolicy, RunPolicy, SecretRefs
+from .cluster import EnvVar, NetworkConfig, PullPolicy, RunPolicy, SecretRefs
 from .data import DataConfig
 from .logging import LoggingConfig
 from .models import ModelsConfig
@@ -73,6 +73,7 @@ class JobSpec(JobConfig):
     env: list[EnvVar] = Field(default_factory=list)
     secrets: SecretRefs = Field(default_factory=SecretRefs)
     run_policy: RunPolicy = Field(default_factory=RunPolicy)
+    network: NetworkConfig = Field(default_factory=NetworkConfig)
 
     def job_config(self) -> JobConfig:
         """The trainer's part, as the operator writes it into the job ConfigMap."""

@@ -8,7 +8,7 @@ from enum import StrEnum
 from pydantic import Field
 
 from .base import ConfigModel
-from .names import DNS_LABEL, DNS_SUBDOMAIN, EXTENDED_RESOURCE, RAY_RESOURCE
+from .names import DNS_LABEL, DNS_SUBDOMAIN, EXTENDED_RESOURCE, RAY_RESOURCE, STORAGE_QUANTITY
 
 QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$"
 
@@ -45,6 +45,18 @@ class PodResources(ConfigModel):
     head_memory: str = Field("8Gi", pattern=QUANTITY_PATTERN)
     worker_cpu_per_gpu: str = Field("8", pattern=QUANTITY_PATTERN)
     worker_memory_per_gpu: str = Field("64Gi", pattern=QUANTITY_PATTERN)
+    # The root filesystem of every pod is read-only: these writable scratch volumes (emptyDir,
+    # on the node's disk) have hard limits, so a runaway job is evicted, not the node filled.
+    tmp_size: str = Field(
+        "64Gi",
+        pattern=STORAGE_QUANTITY,
+        description="/tmp of each pod: Ray's session files, logs and object spilling.",
+    )
+    cache_size: str = Field(
+        "128Gi",
+        pattern=STORAGE_QUANTITY,
+        description="The home directory of each pod: model downloads (HF_HOME) and compile caches.",
+    )
 
 
 class PlacementConfig(ConfigModel):

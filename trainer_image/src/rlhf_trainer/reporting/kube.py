@@ -1,18 +1,26 @@
-"""Progress on the RLHFJob itself: merge-patches of `status.trainer`, from inside the cluster.
+"""Progress on a cluster: merge-patches of the job's report ConfigMap, from inside the pod.
 
-Enabled by the environment the operator gives the trainer: `RLHF_JOB_NAME` and
-`RLHF_JOB_NAMESPACE`, plus the API server of the pod (`KUBERNETES_SERVICE_HOST`/`_PORT`) and
-its service account token and CA at the standard paths. `RLHF_KUBE_API_URL`,
-`RLHF_KUBE_TOKEN_FILE` and `RLHF_KUBE_CA_FILE` override those (tests; out-of-cluster runs).
+The trainer may change nothing of its RLHFJob; it writes its own report object
+(`rlhf_trainer.config.report`: `RLHF_JOB_REPORT`, default `<job>-report`), which its Role lets
+it `patch` and nothing else. The operator validates the report and mirrors it into
+`status.trainer`.
 
-The body is `rlhf_operator.api.v1alpha1.TrainerReport` in camelCase (this package must not import
-the operator, so the shape is written out here and a test checks it against that model).
-Patches go out at most every `min_interval` seconds (always for the final step and at close);
-an API error is logged and never stops training, and after one the reporter backs off.
+Enabled by the environment the operator gives the trainer: `RLHF_JOB_NAME`,
+`RLHF_JOB_NAMESPACE` and `RLHF_JOB_REPORT`, plus the API server of the pod
+(`KUBERNETES_SERVICE_HOST`/`_PORT`) and its service account token and CA at the standard paths.
+`RLHF_KUBE_API_URL`, `RLHF_KUBE_TOKEN_FILE` and `RLHF_KUBE_CA_FILE` override those (tests;
+out-of-cluster runs).
 
-`report_outcome` writes `status.trainer.outcome` once, just before the trainer exits: the
-attempt (`RLHF_JOB_ATTEMPT`), the exit code, the failure class and the message, from which
-the operator decides whether to retry.
+The progress (`progress.json`) is `rlhf_operator.api.v1alpha1.TrainerReport` without its
+outcome, in camelCase (this package must not import the operator, so the shape is written out
+here and a test checks it against that model). Patches go out at most every `min_interval`
+seconds (always for the final step and at close); an API error is logged and never stops
+training, and after one the reporter backs off.
+
+`report_outcome` writes `outcome.json` once, just before the trainer exits: the attempt
+(`RLHF_JOB_ATTEMPT`), the exit code, the failure class and the message, from which the
+operator decides whether to retry. Each key is a whole JSON document, so a merge patch of one
+never touches the other.
 """
 
 from __future__ import annotations
@@ -31,13 +39,13 @@ from pathlib import Path
 from typing import Any
 
 from rlhf_trainer.config.outcome import FailureClass
+from rlhf_trainer.config.report import OUTCOME_KEY, PROGRESS_KEY, REPORT_ENV
 
 from .base import StepReport
 
 log = logging.getLogger(__name__)
 
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
-API_GROUP, API_VERSION, PLURAL = "rlhf.dev", "v1alpha1", "rlhfjobs"
 MAX_CHECKPOINTS = 10
 MAX_BACKOFF = 300.0
 MAX_MESSAGE = 4096  # TrainerOutcome.message's bound in the CRD
@@ -48,17 +56,14 @@ OUTCOME_TRIES = 3
 class KubeTarget:
     api_url: str
     namespace: str
-    name: str
+    report: str  # the report ConfigMap's name
     token_file: Path | None
     ca_file: Path | None
 
     @property
-    def status_url(self) -> str:
-        ns, name = (urllib.parse.quote(x, safe="") for x in (self.namespace, self.name))
-        return (
-            f"{self.api_url.rstrip('/')}/apis/{API_GROUP}/{API_VERSION}/namespaces/{ns}/"
-            f"{PLURAL}/{name}/status"
-        )
+    def report_url(self) -> str:
+        ns, name = (urllib.parse.quote(x, safe="") for x in (self.namespace, self.report))
+        return f"{self.api_url.rstrip('/')}/api/v1/namespaces/{ns}/configmaps/{name}"
 
 
 def target_from_env(env: Mapping[str, str] | None = None) -> KubeTarget | None:
@@ -73,15 +78,16 @@ def target_from_env(env: Mapping[str, str] | None = None) -> KubeTarget | None:
         if not host:
             log.warning(
                 "RLHF_JOB_NAME is set but no API server is known (KUBERNETES_SERVICE_HOST or "
-                "RLHF_KUBE_API_URL): status.trainer will not be reported"
+                "RLHF_KUBE_API_URL): progress will not be reported"
             )
             return None
         host = f"[{host}]" if ":" in host else host  # IPv6
         api_url = f"https://{host}:{port or 443}"
     token = Path(env.get("RLHF_KUBE_TOKEN_FILE") or SA_DIR / "token")
     ca = Path(env.get("RLHF_KUBE_CA_FILE") or SA_DIR / "ca.crt")
+    report = env.get(REPORT_ENV) or f"{name}-report"
     return KubeTarget(
-        api_url, namespace, name, token if token.is_file() else None, ca if ca.is_file() else None
+        api_url, namespace, report, token if token.is_file() else None, ca if ca.is_file() else None
     )
 
 
@@ -92,7 +98,7 @@ def utc_now() -> str:
 def trainer_status(
     report: StepReport, checkpoints: list[dict[str, Any]], now: str
 ) -> dict[str, Any]:
-    """The camelCase `status.trainer` body for one step report (pure)."""
+    """The camelCase progress (`status.trainer` without the outcome) of one step (pure)."""
     body: dict[str, Any] = {
         "step": report.step,
         "totalSteps": report.total_steps,
@@ -126,7 +132,6 @@ def outcome_status(
     keeping its end, where the error is."""
     if len(message) > MAX_MESSAGE:
         message = "..." + message[-(MAX_MESSAGE - 3) :]
-    # An explicit null on success: a merge patch must clear an earlier attempt's class.
     return {
         "attempt": attempt,
         "exitCode": exit_code,
@@ -143,24 +148,25 @@ def report_outcome(
     env: Mapping[str, str] | None = None,
     retry_delay: float = 1.0,
 ) -> bool:
-    """Merge-patch `status.trainer.outcome` of the RLHFJob this process runs (False: not on a
-    cluster, or the API did not take it). Tried a few times: the operator's retry decision
-    rests on it, but the process must still exit well within the pod's grace period."""
+    """Write the outcome of the RLHFJob attempt this process runs into its report (False: not
+    on a cluster, or the API did not take it). Tried a few times: the operator's retry
+    decision rests on it, but the process must still exit well within the pod's grace
+    period."""
     target = target_from_env(env)
     if target is None:
         return False
     body = outcome_status(job_attempt(env), exit_code, failure_class, message)
-    reporter = KubeStatusReporter(target)
+    reporter = KubeReporter(target)
     for attempt in range(OUTCOME_TRIES):
         if attempt:
             time.sleep(retry_delay * attempt)
-        if reporter.patch({"outcome": body}):
+        if reporter.write(OUTCOME_KEY, body):
             return True
     return False
 
 
-class KubeStatusReporter:
-    """A sink that merge-patches `status.trainer` of the RLHFJob (throttled, never raising)."""
+class KubeReporter:
+    """A sink that merge-patches the job's report ConfigMap (throttled, never raising)."""
 
     def __init__(
         self,
@@ -212,13 +218,14 @@ class KubeStatusReporter:
         due = self._last_sent is None or now - self._last_sent >= self.min_interval
         if not (force or due) or (now < self._blocked_until and not force):
             return
-        if self.patch(trainer_status(report, self._checkpoints, utc_now())):
+        if self.write(PROGRESS_KEY, trainer_status(report, self._checkpoints, utc_now())):
             self._dirty = False
         self._last_sent = now
 
-    def patch(self, trainer: dict[str, Any]) -> bool:
-        """One merge-patch of status.trainer; False (and a warning) on any failure."""
-        body = json.dumps({"status": {"trainer": trainer}}).encode()
+    def write(self, key: str, document: dict[str, Any]) -> bool:
+        """One merge-patch setting `key` of the report's data to `document` as JSON; False
+        (and a warning) on any failure."""
+        body = json.dumps({"data": {key: json.dumps(document, separators=(",", ":"))}}).encode()
         headers = {"Content-Type": "application/merge-patch+json", "Accept": "application/json"}
         try:
             if self.target.token_file is not None:
@@ -226,7 +233,7 @@ class KubeStatusReporter:
                 token = self.target.token_file.read_text().strip()
                 headers["Authorization"] = f"Bearer {token}"
             request = urllib.request.Request(
-                self.target.status_url, data=body, method="PATCH", headers=headers
+                self.target.report_url, data=body, method="PATCH", headers=headers
             )
             with urllib.request.urlopen(request, timeout=self.timeout, context=self._ssl) as r:
                 r.read()
@@ -238,8 +245,8 @@ class KubeStatusReporter:
             if isinstance(err, urllib.error.HTTPError):
                 detail = f"HTTP {err.code}: {err.read()[:300].decode('utf-8', 'replace')}"
             log.warning(
-                "status report to %s failed (%s); training continues, next try in %.0f s",
-                self.target.status_url,
+                "report to %s failed (%s); training continues, next try in %.0f s",
+                self.target.report_url,
                 detail,
                 backoff,
             )

@@ -10,7 +10,7 @@ from typing import Any, TextIO
 from rlhf_trainer.config import LoggingConfig
 
 from .base import Sink, StepReport, finite_metrics, split_samples
-from .kube import KubeStatusReporter, target_from_env
+from .kube import KubeReporter, target_from_env
 from .sinks import ConsoleSink, JsonlSink, TensorBoardSink, WandbSink
 from .timing import Progress
 
@@ -100,5 +100,5 @@ def build_reporter(
         sinks.append(WandbSink(cfg.wandb, run_dir, dict(config or {})))
     target = target_from_env(env)
     if target is not None:
-        sinks.append(KubeStatusReporter(target))
+        sinks.append(KubeReporter(target))
     return Reporter(sinks)

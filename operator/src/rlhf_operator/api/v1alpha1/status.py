@@ -50,6 +50,8 @@ class ConditionStatus(StrEnum):
 class ConditionReason(StrEnum):
     SPEC_VALID = "SpecValid"
     SPEC_INVALID = "SpecInvalid"
+    # Well-formed, but the platform's policy does not allow it (an image, a priority class...).
+    POLICY_VIOLATION = "PolicyViolation"
     PLACEMENT_IMPOSSIBLE = "PlacementImpossible"
     RAY_JOB_CREATED = "RayJobCreated"
     WAITING_FOR_ADMISSION = "WaitingForAdmission"
@@ -70,7 +72,8 @@ class ConditionReason(StrEnum):
     DEPENDENCY_MISSING = "DependencyMissing"
     # KubeRay removed the Ray cluster after the job finished (its GPUs are free).
     CLUSTER_SHUT_DOWN = "ClusterShutDown"
-    # A child with our name exists but another controller owns it: we do not take it over.
+    # An object with a child's name exists that this job does not provably own (another
+    # controller's, a user's, a former job's): it is left untouched, the job waits.
     CHILD_CONFLICT = "ChildConflict"
     CHILDREN_APPLIED = "ChildrenApplied"
     # The API server refused a child (HTTP 4xx/5xx); retried with exponential backoff.
