@@ -131,10 +131,19 @@ def _wait_for_job_api(
 
 @pytest.mark.slow
 def test_a_client_with_the_jobs_token_submits_and_others_are_refused(head: Head) -> None:
-    entrypoint = ["--", sys.executable, "-c", "print('ran with the token')"]
-    ok = _submit(head, *entrypoint, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=head.token)
+    # The driver joins the cluster as the trainer does (ray.init on RAY_ADDRESS, which the job
+    # supervisor sets) with the head's token in its environment, and runs a task on it.
+    driver = (
+        "import os, ray; ray.init(address=os.environ['RAY_ADDRESS']); "
+        "print('ran with the token', ray.get(ray.remote(lambda: 41 + 1).remote()))"
+    )
+    ok = _submit(
+        head, "--", sys.executable, "-c", driver, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=head.token
+    )
     assert ok.returncode == 0, ok.stdout + ok.stderr
-    assert "ran with the token" in ok.stdout
+    assert "ran with the token 42" in ok.stdout
+
+    entrypoint = ["--", sys.executable, "-c", "print('ran with the token')"]
 
     # No token at all (RAY_AUTH_MODE unset: a pod of another job, a stray client).
     anonymous = _submit(head, *entrypoint)
