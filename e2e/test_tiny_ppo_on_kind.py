@@ -60,7 +60,18 @@ def test_trainer_reported_progress_and_checkpoints(finished: dict[str, Any]) -> 
     assert trainer["step"] == trainer["totalSteps"]
     assert trainer["progress"] == f"{trainer['step']}/{trainer['totalSteps']}"
     assert trainer["checkpoints"], "no checkpoint reported"
-    assert trainer["checkpoints"][-1]["path"].startswith("/checkpoints")
+    # On the job's storage volume, in the job's own directory (builders/volumes.py).
+    assert trainer["checkpoints"][-1]["path"].startswith(
+        f"/storage/{finished['metadata']['name']}/"
+    )
+
+
+def test_status_names_the_outputs_on_the_volume(finished: dict[str, Any]) -> None:
+    name = finished["metadata"]["name"]
+    output = finished["status"]["output"]
+    base = f"pvc://{name}-checkpoints/{name}/output"
+    assert output["model"] == f"{base}/final/actor"  # the policy; PPO's critic beside it
+    assert output["metrics"] == f"{base}/metrics.jsonl"
 
 
 def test_ray_job_succeeded(cluster: Cluster, namespace: str, job_name: str) -> None:
@@ -88,7 +99,7 @@ def test_checkpoint_is_on_the_volume(
                         "image": TRAINER_IMAGE,
                         "imagePullPolicy": "IfNotPresent",
                         "command": ["ls", "-1", path],
-                        "volumeMounts": [{"name": "checkpoints", "mountPath": "/checkpoints"}],
+                        "volumeMounts": [{"name": "checkpoints", "mountPath": "/storage"}],
                     }
                 ],
                 "volumes": [

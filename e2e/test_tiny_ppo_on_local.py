@@ -40,3 +40,22 @@ def test_checkpoints_outlive_the_job_in_the_volume_directory(
     volume = local.pvc_dir(namespace, f"{job}-checkpoints")
     steps = sorted(p for p in volume.rglob("step-*") if p.is_dir() and (p / "COMPLETE").exists())
     assert steps, f"no complete checkpoint under {volume}: {sorted(volume.rglob('*'))[:20]}"
+
+
+def test_the_final_model_outlives_the_pods_where_status_said(
+    local: LocalSubstrate, namespace: str
+) -> None:
+    """status.output.model is pvc://<claim>/<job>/output/final/actor (checked on both substrates);
+    here the claim's directory is readable: the model loads with transformers and generates."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    job = str(load_example()["metadata"]["name"])
+    output = local.pvc_dir(namespace, f"{job}-checkpoints") / job / "output"
+    assert (output / "metrics.jsonl").read_text().strip(), "no metrics on the volume"
+    model = AutoModelForCausalLM.from_pretrained(output / "final" / "actor").eval()
+    tokenizer = AutoTokenizer.from_pretrained(output / "final" / "actor")
+    ids = tokenizer("Repeat the letter a.", return_tensors="pt")
+    with torch.no_grad():
+        out = model.generate(**ids, max_new_tokens=4, do_sample=False)
+    assert out.shape[1] > ids["input_ids"].shape[1]

@@ -151,7 +151,7 @@ def test_a_succeeded_job_names_where_its_results_are() -> None:
     assert done.status.phase is Phase.SUCCEEDED
     assert done.status.output is not None
     assert done.status.output.model_dump() == {
-        "model": "pvc://ppo-7b-checkpoints/ppo-7b/output/final",
+        "model": "pvc://ppo-7b-checkpoints/ppo-7b/output/final/actor",
         "metrics": "pvc://ppo-7b-checkpoints/ppo-7b/output/metrics.jsonl",
         "tensorboard": "pvc://ppo-7b-checkpoints/ppo-7b/output/tensorboard",
         "uploaded": "s3://models/team-a/ppo-7b",

@@ -187,8 +187,11 @@ def job_output(job: RLHFJob) -> JobOutput:
     volume, and where it uploaded them."""
     base = f"pvc://{storage_claim(job)}/{job_dir(job)}/output"
     export = job.spec.checkpoint.export_hf
+    # The online trainers export the policy as final/actor (and PPO's critic as final/critic);
+    # the offline ones export the one model they train as final/.
+    model = f"{base}/final/actor" if job.spec.algorithm.name.is_online else f"{base}/final"
     return JobOutput(
-        model=f"{base}/final" if export else None,
+        model=model if export else None,
         metrics=f"{base}/metrics.jsonl",
         tensorboard=f"{base}/tensorboard",
         uploaded=job.spec.output.uri,
