@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from rlhf_trainer.runner.job import RunContext, RunFailed, RunResult, resolve_path, total_steps
+from rlhf_trainer.runner.job import RunContext, RunResult, fit, resolve_path, total_steps
 from rlhf_trainer.runner.preemption import Preempted
 
 
@@ -71,20 +71,4 @@ def train_online(ctx: RunContext) -> RunResult:
         export_dir=ctx.dirs.final,
         stop=ctx.stop,
     )
-    try:
-        state = trainer.fit()
-    except BaseException as err:
-        latest = checkpoints.latest()
-        raise RunFailed(
-            err, trainer.state.step, trainer.failure_checkpoint, latest.path if latest else None
-        ) from err
-    latest = checkpoints.latest()
-    exported = ctx.dirs.final if cfg.checkpoint.export_hf and ctx.dirs.final.exists() else None
-    return RunResult(
-        ctx.name,
-        ctx.dirs,
-        state.step,
-        trainer.resumed_from,
-        latest.path if latest else None,
-        exported,
-    )
+    return fit(ctx, trainer, checkpoints)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from rlhf_trainer.config import JobConfig
-from rlhf_trainer.runner.job import RunContext, RunFailed, RunResult, total_steps
+from rlhf_trainer.runner.job import RunContext, RunResult, fit, total_steps
 from rlhf_trainer.runner.preemption import Preempted
 
 from .kinds import OfflineSpec, TrainerKind, offline_spec
@@ -74,20 +74,4 @@ def train_offline(ctx: RunContext) -> RunResult:
         tokenizer_dir=model_dir,
         stop=ctx.stop,
     )
-    try:
-        state = trainer.fit()
-    except BaseException as err:
-        latest = checkpoints.latest()
-        raise RunFailed(
-            err, trainer.state.step, trainer.failure_checkpoint, latest.path if latest else None
-        ) from err
-    latest = checkpoints.latest()
-    exported = ctx.dirs.final if cfg.checkpoint.export_hf and ctx.dirs.final.exists() else None
-    return RunResult(
-        ctx.name,
-        ctx.dirs,
-        state.step,
-        trainer.resumed_from,
-        latest.path if latest else None,
-        exported,
-    )
+    return fit(ctx, trainer, checkpoints)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rlhf_trainer.config import JobConfig, LoadedJob, load_file
 
@@ -199,3 +199,36 @@ def _quietly(fn: Callable[[], object]) -> None:
         fn()
     except Exception:
         log.exception("teardown step %s failed; continuing", getattr(fn, "__qualname__", fn))
+
+
+class _Trainer(Protocol):
+    """What `fit` needs of the online and offline drivers."""
+
+    state: Any  # has `step`: the steps completed
+    failure_checkpoint: Path | None
+    resumed_from: int | None
+
+    def fit(self) -> Any: ...
+
+
+def fit(ctx: RunContext, trainer: _Trainer, checkpoints: CheckpointManager) -> RunResult:
+    """Train to the end; `RunFailed` (with the checkpoint a resume continues from) otherwise.
+    The one ending of both train functions."""
+    try:
+        state = trainer.fit()
+    except BaseException as err:
+        latest = checkpoints.latest()
+        raise RunFailed(
+            err, trainer.state.step, trainer.failure_checkpoint, latest.path if latest else None
+        ) from err
+    latest = checkpoints.latest()
+    final = ctx.dirs.final
+    exported = final if ctx.cfg.checkpoint.export_hf and final.exists() else None
+    return RunResult(
+        ctx.name,
+        ctx.dirs,
+        state.step,
+        trainer.resumed_from,
+        latest.path if latest else None,
+        exported,
+    )
