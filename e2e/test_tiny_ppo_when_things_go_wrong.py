@@ -211,3 +211,54 @@ def test_tiny_sft_succeeds_with_its_exported_model_where_status_says(
     with torch.no_grad():
         out = model.generate(**ids, max_new_tokens=4, do_sample=False)
     assert out.shape[1] > ids["input_ids"].shape[1]
+
+
+@pytest.mark.parametrize(
+    ("kind", "expected"),
+    [
+        # The operator reads ConfigMaps itself: it waits before making the RayJob.
+        ("ConfigMap", ("Pending", "Admitted", "DependencyMissing")),
+        # It may not read Secrets (least privilege): the pods' CreateContainerConfigError,
+        # which names the Secret, is what it reports while the Ray cluster cannot start.
+        ("Secret", ("Provisioning", "ClusterReady", "ContainerConfigError")),
+    ],
+)
+def test_a_missing_secret_or_config_map_is_named_in_the_status(
+    cluster: Cluster,
+    namespace: str,
+    jobs: Callable[[Manifest], str],
+    kind: str,
+    expected: tuple[str, str, str],
+) -> None:
+    """A job that names a Secret (spec.secrets) or a ConfigMap (a data source's configMapRef)
+    that does not exist: its status says which object and why it is waiting, in status.message
+    and in a False condition with its reason (not a silent Provisioning)."""
+    job = adapt_for_kind(load_example(), image=TRAINER_IMAGE, namespace=namespace)
+    name = job["metadata"]["name"] = f"tiny-ppo-no-{kind.lower()}"
+    missing = f"e2e-no-such-{kind.lower()}"
+    if kind == "Secret":
+        job["spec"]["secrets"] = {"hfToken": {"name": missing, "key": "token"}}
+    else:
+        job["spec"]["data"]["train"][0]["configMapRef"]["name"] = missing
+    jobs(job)
+    phase, condition, reason = expected
+
+    def reported() -> dict[str, Any] | None:
+        found = status(cluster, namespace, name)
+        said = {c["type"]: c for c in found.get("conditions") or []}.get(condition) or {}
+        return found if missing in said.get("message", "") else None
+
+    found = wait_for(
+        reported,
+        timeout=600,
+        interval=2,
+        what=f"{name}'s {condition} condition to name the {kind} {missing}",
+        on_timeout=lambda: cluster.diagnostics(namespace, OPERATOR_NAMESPACE),
+    )
+    said = {c["type"]: c for c in found["conditions"]}[condition]
+    assert (said["status"], said["reason"]) == ("False", reason), said
+    assert found["phase"] == phase, found
+    assert missing in found.get("message", ""), found
+    assert kind in found["message"] or kind.lower() in found["message"], found
+    if kind == "ConfigMap":
+        assert not cluster.list("rayjobs.ray.io", namespace, f"rlhf.dev/job={name}")
