@@ -8,6 +8,7 @@ local substrate's (skipped on a real cluster, as in test_tiny_ppo_on_local.py)."
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from e2e_settings import OPERATOR_NAMESPACE, TIMEOUT, TRAINER_IMAGE
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 Manifest = dict[str, Any]
+SUSPENDED_STEPS = 100
 
 
 @pytest.fixture
@@ -262,3 +264,85 @@ def test_a_missing_secret_or_config_map_is_named_in_the_status(
     assert kind in found["message"] or kind.lower() in found["message"], found
     if kind == "ConfigMap":
         assert not cluster.list("rayjobs.ray.io", namespace, f"rlhf.dev/job={name}")
+
+
+def test_suspend_frees_the_pods_and_resume_continues_from_the_checkpoint(
+    cluster: Cluster,
+    substrate: LocalSubstrate | None,
+    namespace: str,
+    jobs: Callable[[Manifest], str],
+) -> None:
+    """spec.runPolicy.suspend: true once a checkpoint was written: the job's pods go (on the
+    local substrate: not one process of them is left), the job says Suspended; suspend: false
+    brings them back and the trainer continues from the checkpoint to Succeeded."""
+    # Long enough that the run is still going when the suspension lands (a step takes about
+    # 0.5 s here, and the status reports a checkpoint some seconds after it was written).
+    job = adapt_for_kind(
+        load_example(), image=TRAINER_IMAGE, namespace=namespace, max_steps=SUSPENDED_STEPS
+    )
+    name = job["metadata"]["name"] = "tiny-ppo-suspended"
+    job["spec"]["checkpoint"]["everySteps"] = 5
+    jobs(job)
+    volume = substrate.pvc_dir(namespace, f"{name}-checkpoints") if substrate else None
+
+    def checkpointed() -> bool | None:
+        if volume is not None:  # the volume's directory says it first
+            return True if complete_checkpoints(volume) else None
+        found = status(cluster, namespace, name)
+        assert found.get("phase") not in ("Succeeded", "Failed"), found
+        return True if (found.get("trainer") or {}).get("checkpoints") else None
+
+    wait_for(
+        checkpointed,
+        timeout=TIMEOUT,
+        interval=0.5,
+        what=f"{name}: a checkpoint written",
+        on_timeout=lambda: cluster.diagnostics(namespace, OPERATOR_NAMESPACE),
+    )
+
+    def set_suspend(value: bool) -> None:
+        patch = json.dumps({"spec": {"runPolicy": {"suspend": value}}})
+        cluster.kubectl("patch", "rlhfjob", name, "-n", namespace, "--type=merge", "-p", patch)
+
+    set_suspend(True)
+    selector = f"rlhf.dev/job={name}"
+    wait_for(
+        lambda: (
+            True
+            if status(cluster, namespace, name).get("phase") == "Suspended"
+            and not cluster.list("pods", namespace, selector)
+            else None
+        ),
+        timeout=600,
+        interval=2,
+        what=f"{name}: Suspended with no pod left",
+        on_timeout=lambda: cluster.diagnostics(namespace, OPERATOR_NAMESPACE),
+    )
+    metrics, resume_from = None, 0
+    if substrate is not None:
+        prefix = substrate.pod_dir_prefix(namespace, f"{name}-")
+        wait_for(
+            lambda: (
+                None
+                if substrate.processes(argv_contains=prefix, env_entry=f"RLHF_JOB_NAME={name}")
+                else True
+            ),
+            timeout=120,
+            interval=1,
+            what=f"{name}: every process of its pods gone",
+        )
+        assert volume is not None
+        metrics = volume / name / "output" / "metrics.jsonl"
+        resume_from = complete_checkpoints(volume)[-1]
+        before = [r["step"] for r in step_records(metrics)]
+        assert before[-1] < SUSPENDED_STEPS, "the run ended before the suspension landed"
+    resumed_at = time.time()
+    set_suspend(False)
+
+    found = wait_finished(cluster, namespace, name)
+    assert_succeeded(cluster, namespace, found)
+    assert found["trainer"]["step"] == found["trainer"]["totalSteps"] == SUSPENDED_STEPS
+    if metrics is not None:
+        after = [r["step"] for r in step_records(metrics) if r["time"] > resumed_at]
+        assert after and after[0] == resume_from + 1, (resume_from, after)
+        assert after[-1] == SUSPENDED_STEPS
