@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -133,7 +134,12 @@ def _local_copy(value: str, cache_dir: Path, store: ObjectStoreConfig | None) ->
     name = Path(uri.key).name or uri.bucket
     dest = cache_dir / "s3" / digest / name
     if not dest.exists():
-        download(uri, dest, store)
+        # Fetched beside it, then renamed: a download that died half-way (a preempted pod)
+        # must not be taken for a complete copy by the next attempt.
+        partial = dest.with_name(f".partial-{os.getpid()}-{name}")
+        shutil.rmtree(partial, ignore_errors=True)
+        download(uri, partial, store)
+        os.replace(partial, dest)
     return str(dest)
 
 

@@ -12,6 +12,7 @@ from rlhf_trainer.config import JobConfig
 from rlhf_trainer.config.output import ObjectStoreConfig
 from rlhf_trainer.objectstore import (
     InputLocationError,
+    ObjectStoreError,
     client,
     fetch_inputs,
     upload_outputs,
@@ -101,3 +102,24 @@ def test_pvc_locations_are_refused_outside_a_cluster(
     cfg = job(store, data={"train": [{"path": "pvc://datasets/prompts.jsonl"}]})
     with pytest.raises(InputLocationError, match=r"pvc:// names a volume .*data\.train\[0\]\.path"):
         fetch_inputs(cfg, tmp_path)
+
+
+def test_a_download_that_died_half_way_is_not_taken_for_a_copy(
+    store: ObjectStoreConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import rlhf_trainer.objectstore as objectstore
+
+    client(store).put_object(Bucket=BUCKET, Key="data/half.jsonl", Body=b'{"prompt": "x"}\n')
+    cfg = job(store, data={"train": [{"path": f"s3://{BUCKET}/data/half.jsonl"}]})
+
+    def dies(uri: Any, dest: Path, store: Any) -> Path:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_text('{"prom')  # a truncated copy, then the pod goes
+        raise ObjectStoreError("connection reset")
+
+    monkeypatch.setattr(objectstore, "download", dies)
+    with pytest.raises(ObjectStoreError):
+        fetch_inputs(cfg, tmp_path)
+    monkeypatch.undo()
+    local = fetch_inputs(cfg, tmp_path)
+    assert Path(str(local.data.train[0].path)).read_text() == '{"prompt": "x"}\n'
