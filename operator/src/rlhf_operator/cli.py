@@ -48,6 +48,8 @@ def _render(args: argparse.Namespace) -> int:
         for problem in rendered.problems:
             print(f"{rendered.source} ({rendered.name}): {problem}", file=sys.stderr)
             code = 1
+        for note in rendered.notes:
+            print(f"{rendered.source} ({rendered.name}): note: {note}", file=sys.stderr)
         objects += rendered.objects
     if objects:
         sys.stdout.write(to_yaml(objects))

@@ -59,6 +59,8 @@ class Controller:
         self.metrics = metrics
         self.clock = clock
         self.jobs: Mapping[Any, Any] = {}  # kopf index: (ns, name) -> [RLHFJob body]
+        # kopf index: (ns, name) -> [names of the jobs taking a model from it (fromJob)]
+        self.consumers: Mapping[Any, Any] = {}
         self.applier = Applier(api, settings, metrics)
         self.observer = Observer(api, settings)
         self._locks: defaultdict[Key, asyncio.Lock] = defaultdict(asyncio.Lock)
@@ -72,6 +74,7 @@ class Controller:
         self, jobs: Mapping[Any, Any], ray_jobs: Mapping[Any, Any], reports: Mapping[Any, Any]
     ) -> None:
         self.jobs, self.observer.ray_jobs, self.observer.reports = jobs, ray_jobs, reports
+        self.observer.jobs = jobs
 
     def job_bodies(self) -> Iterator[Mapping[str, Any]]:
         for store in list(self.jobs.values()):
@@ -264,6 +267,13 @@ class Controller:
         except Exception:  # a timer has nobody to report to but the log
             logger.exception("reconcile %s/%s (timer) failed", *key)
             self.schedule(key, self.settings.api_retry_seconds)
+
+    def wake_consumers(self, key: Key) -> None:
+        """A pass soon for every job whose `fromJob` names this one (its phase or output may
+        have changed). Through the timers: one pass each, however many events arrive."""
+        for consumer in set(self.consumers.get(key) or ()):
+            if (key[0], consumer) != key:
+                self.schedule((key[0], str(consumer)), 0.0)
 
     def child_deleted(self, namespace: str, kind: str, name: str) -> None:
         """A watched child went away: apply it again when it is still desired."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TypedDict
 
 from rlhf_trainer.config.algorithm import GROUP_ALGORITHMS, ONLINE_ALGORITHMS, AlgorithmName
+from rlhf_trainer.config.models import SOURCE_KEYS
 
 
 class Rule(TypedDict, total=False):
@@ -30,8 +31,9 @@ ONLINE = _cel_list(ONLINE_ALGORITHMS)
 _IMMUTABLE = "self == oldSelf"
 
 _EXACTLY_ONE_MODEL_SOURCE: Rule = {
-    "rule": "has(self.pretrained) != has(self.randomInit)",
-    "message": "set exactly one of pretrained or randomInit",
+    "rule": "[has(self.pretrained), has(self.randomInit), has(self.fromJob), "
+    "has(self.fromStage)].filter(x, x).size() == 1",
+    "message": f"set exactly one of {SOURCE_KEYS}",
 }
 
 RULES: dict[str, list[Rule]] = {

@@ -53,6 +53,9 @@ class EventReason(StrEnum):
     STARTUP_TIMEOUT = "StartupTimeout"
     NOT_RETRYABLE = "NotRetryable"
     PREEMPTED = "Preempted"
+    WAITING_FOR_JOB = "WaitingForJob"
+    INPUT_JOB_FAILED = "InputJobFailed"
+    INPUTS_RESOLVED = "InputsResolved"
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,15 @@ _ANNOUNCED: dict[
         EventReason.STARTUP_TIMEOUT,
     ),
     (ConditionType.FAILED, _T, _R.NOT_RETRYABLE): (EventType.WARNING, EventReason.NOT_RETRYABLE),
+    (ConditionType.INPUTS_READY, _F, _R.WAITING_FOR_JOB): (
+        EventType.NORMAL,
+        EventReason.WAITING_FOR_JOB,
+    ),
+    (ConditionType.INPUTS_READY, _F, _R.INPUT_JOB_FAILED): (
+        EventType.WARNING,
+        EventReason.INPUT_JOB_FAILED,
+    ),
+    (ConditionType.INPUTS_READY, _T, None): (EventType.NORMAL, EventReason.INPUTS_RESOLVED),
     (ConditionType.RESTARTED, _T, _R.PREEMPTED): (EventType.NORMAL, EventReason.PREEMPTED),
     (ConditionType.RESTARTED, _T, None): (EventType.WARNING, EventReason.RETRYING),
     # A conflict shows on ChildrenApplied (and blocks admission, quietly: one event is enough).

@@ -23,6 +23,7 @@ from .builders.common import COMPONENT_LABEL, JOB_LABEL
 from .builders.report import REPORT_COMPONENT
 from .controller import Controller
 from .kopf_settings import configure_kopf
+from .observing import named_jobs
 from .settings import OperatorSettings
 
 logger = logging.getLogger(__name__)
@@ -30,6 +31,8 @@ logger = logging.getLogger(__name__)
 JOBS_INDEX = "rlhfjob_index"
 RAY_JOBS_INDEX = "rayjob_index"
 REPORTS_INDEX = "report_index"
+# (namespace, job name) -> the jobs of the namespace that take a model from it (fromJob).
+CONSUMERS_INDEX = "consumer_index"
 # kopf's filter types are private: its PRESENT marker beside a plain value.
 REPORT_LABELS: Mapping[str, Any] = {
     JOB_LABEL: kopf.PRESENT,
@@ -46,6 +49,7 @@ def register(
     def startup(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
         configure_kopf(settings, controller.settings)
         controller.bind(kwargs[JOBS_INDEX], kwargs[RAY_JOBS_INDEX], kwargs[REPORTS_INDEX])
+        controller.consumers = kwargs[CONSUMERS_INDEX]
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(**_: Any) -> None:
@@ -58,6 +62,12 @@ def register(
     @kopf.index(GROUP, VERSION, PLURAL, id=JOBS_INDEX, registry=registry)
     def index_job(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
         return {(namespace, name): dict(body)}
+
+    @kopf.index(GROUP, VERSION, PLURAL, id=CONSUMERS_INDEX, registry=registry)
+    def index_consumer(
+        namespace: str | None, name: str, body: kopf.Body, **_: Any
+    ) -> dict[Any, Any]:
+        return {(namespace, producer): name for _, producer in named_jobs(body)}
 
     @kopf.index(
         "ray.io",
@@ -94,6 +104,8 @@ def register(
     async def job_event(
         type: str, body: kopf.Body, namespace: str | None, name: str, **_: Any
     ) -> None:
+        # Jobs waiting for this one's model look again (their pass reads its status).
+        controller.wake_consumers((namespace or "", name))
         if type == "DELETED":
             # Unless a new job of the same name already took its place (its memory stays).
             if controller.job_body((namespace or "", name)) is None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -20,6 +20,7 @@ from rlhf_trainer.config.report import MAX_VALUE_BYTES, OUTCOME_KEY, PROGRESS_KE
 
 from .api.v1alpha1 import TrainerOutcome, TrainerReport
 from .builders.common import ATTEMPT_LABEL
+from .inputs import Producer
 
 
 class DeploymentStatus(StrEnum):
@@ -285,6 +286,8 @@ class Observed:
     pods: tuple[PodObservation, ...] = ()
     # The trainer's report (its ConfigMap, validated); None while there is none.
     report: TrainerReport | None = None
+    # The RLHFJobs the spec names with `fromJob` (from the watch cache); None: no such job.
+    producers: Mapping[str, Producer | None] = field(default_factory=dict)
 
     @classmethod
     def of(cls, ray_jobs: Iterable[Mapping[str, Any]], **kwargs: Any) -> Observed:

@@ -15,9 +15,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .api.v1alpha1 import RLHFJob, TrainerReport
+from .api.v1alpha1 import JobInput, RLHFJob, TrainerReport
 from .builders.common import ATTEMPT_LABEL, JOB_LABEL, report_name
 from .builders.volumes import referenced_objects
+from .inputs import Producer, pinned_inputs, with_inputs
 from .kube import ApiError, KubeApi
 from .observed import ApplyFailure, Observed, PodObservation, parse_report
 from .settings import OperatorSettings
@@ -65,7 +66,7 @@ def dependencies(body: Mapping[str, Any]) -> list[tuple[JSON, str]]:
     The same list the pods mount (builders/volumes.py); Secrets are not read by the operator:
     a missing one shows on the pods (CreateContainerConfigError)."""
     try:
-        job = RLHFJob.model_validate({**body, "status": None})
+        job = with_inputs(RLHFJob.model_validate({**body, "status": None}), pinned(body))
     except ValidationError:
         return []
     namespace = job_key(body)[0]
@@ -75,6 +76,25 @@ def dependencies(body: Mapping[str, Any]) -> list[tuple[JSON, str]]:
             f"{kind} {name} ({why})",
         )
         for kind, name, why in referenced_objects(job)
+    ]
+
+
+def pinned(body: Mapping[str, Any]) -> tuple[JobInput, ...]:
+    """The inputs recorded on status, for the roles the spec still names the same job for."""
+    named = dict(named_jobs(body))
+    return tuple(i for i in pinned_inputs(body) if named.get(i.role) == i.from_job)
+
+
+def named_jobs(body: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(role, RLHFJob name) of every `fromJob` of the raw spec: read without validating it,
+    since every pass asks (the spec's own problems are `decide`'s business)."""
+    models = (body.get("spec") or {}).get("models") or {}
+    sources = [(role, models.get(role)) for role in ("actor", "critic", "reference")]
+    sources += [(f"rewardModels[{i}]", m) for i, m in enumerate(models.get("rewardModels") or ())]
+    return [
+        (role, str(source["fromJob"]))
+        for role, source in sources
+        if isinstance(source, Mapping) and source.get("fromJob")
     ]
 
 
@@ -91,6 +111,7 @@ class Observer:
         self.api, self.settings = api, settings
         self.ray_jobs: Mapping[Any, Any] = {}  # kopf index: (ns, job) -> [RayJob bodies]
         self.reports: Mapping[Any, Any] = {}  # kopf index: (ns, job) -> [report ConfigMaps]
+        self.jobs: Mapping[Any, Any] = {}  # kopf index: (ns, name) -> [RLHFJob bodies]
         self._blockers: dict[Key, Blockers] = {}
         self._pods: dict[Key, PodCheck] = {}
         self._pods_forbidden = False  # said once in the log, not every interval
@@ -101,7 +122,9 @@ class Observer:
         uid = (body.get("metadata") or {}).get("uid")
         # Never an orphan, a former job's or anyone else's RayJob, whatever its labels.
         ray_jobs = [o for o in list(self.ray_jobs.get(key) or ()) if controlled_by(o, uid)]
-        observed = Observed.of(ray_jobs, report=self._report(key, uid))
+        observed = Observed.of(
+            ray_jobs, report=self._report(key, uid), producers=self._producers(key[0], body)
+        )
         blockers = await self._blockers_for(key, body, observed)
         return replace(
             observed,
@@ -110,6 +133,24 @@ class Observer:
             apply_failures=refused,
             pods=await self._pods_for(key, body, observed),
         )
+
+    def _producers(self, namespace: str, body: JSON) -> dict[str, Producer | None]:
+        """The jobs named by `fromJob`, as the watch cache has them (the newest live one of
+        each name)."""
+        out: dict[str, Producer | None] = {}
+        for _, name in named_jobs(body):
+            live = [
+                b
+                for b in list(self.jobs.get((namespace, name)) or ())
+                if not (b.get("metadata") or {}).get("deletionTimestamp")
+            ]
+            newest = max(
+                live,
+                key=lambda b: str((b.get("metadata") or {}).get("creationTimestamp", "")),
+                default=None,
+            )
+            out[name] = Producer.from_body(name, newest)
+        return out
 
     def _report(self, key: Key, uid: Any) -> TrainerReport | None:
         """The trainer's report: the data of `<job>-report`, if this job owns it."""

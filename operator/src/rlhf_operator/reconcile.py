@@ -29,7 +29,9 @@ from .api.v1alpha1 import (
 from .builders.children import render_children
 from .builders.common import JSON, BuildError, report_name, trainer_image
 from .builders.secret import RAY_TOKEN_KEY
+from .conditions import Conditions, F, T
 from .events import Event, transition_events
+from .inputs import Resolution, resolve, with_inputs
 from .observed import Observed
 from .placement import PlacementError, plan
 from .policy import policy_problems
@@ -178,8 +180,12 @@ def decide(
         reason = ConditionReason.SPEC_INVALID
         return _invalid(body, prev, trainer, observed, reason, [str(err)], now)
 
+    resolution = resolve(job.spec, prev.inputs if prev else None, observed.producers)
+    if not resolution.ready:
+        return _blocked_on_inputs(body, prev, trainer, resolution, settings, now)
+    job = with_inputs(job, resolution.inputs)
     evaluation = evaluate(job, observed, trainer, now)
-    status = evaluation.status
+    status = _inputs_ready(evaluation.status, resolution, _generation(body), now)
     events = tuple(transition_events(prev, status))
     if is_finished(status):
         return _finished(job, status, observed, events, now)
@@ -210,6 +216,63 @@ def decide(
         requeue_after=min((w for w in waits if w is not None), default=None),
         events=events,
         waiting=waiting,
+    )
+
+
+def _inputs_ready(
+    status: RLHFJobStatus, resolution: Resolution, generation: int | None, now: datetime
+) -> RLHFJobStatus:
+    """InputsReady=True and `status.inputs`, on jobs that take a model from another job."""
+    if not resolution.inputs:
+        return status
+    conds = Conditions(status.conditions, now, generation)
+    conds.set(ConditionType.INPUTS_READY, T, ConditionReason.INPUTS_RESOLVED, resolution.summary)
+    return status.model_copy(
+        update={"conditions": conds.as_list(), "inputs": list(resolution.inputs)}
+    )
+
+
+def _blocked_on_inputs(
+    body: Mapping[str, Any],
+    prev: RLHFJobStatus | None,
+    trainer: TrainerReport | None,
+    resolution: Resolution,
+    settings: OperatorSettings,
+    now: datetime,
+) -> Decision:
+    """A job whose `fromJob` model is not there: nothing of it is created. It waits (Pending)
+    for a job that has not succeeded, and fails for one that failed; either way it is looked
+    at again when that job changes (the operator watches it), so it recovers when the
+    producing job is re-created and succeeds."""
+    base = prev or RLHFJobStatus()
+    generation = _generation(body)
+    conds = Conditions(base.conditions, now, generation)
+    conds.set(ConditionType.VALID, T, ConditionReason.SPEC_VALID, "")
+    message = resolution.summary
+    if resolution.failed:
+        reason, phase = ConditionReason.INPUT_JOB_FAILED, Phase.FAILED
+        conds.set(ConditionType.FAILED, T, reason, message)
+    else:
+        reason, phase = ConditionReason.WAITING_FOR_JOB, Phase.PENDING
+        failed = conds.get(ConditionType.FAILED)
+        if failed is not None and failed.status is T:
+            conds.set(ConditionType.FAILED, F, reason, "waiting for the input job again")
+    conds.set(ConditionType.INPUTS_READY, F, reason, message)
+    status = base.model_copy(
+        update={
+            "phase": phase,
+            "conditions": conds.as_list(),
+            "observed_generation": generation,
+            "message": message,
+            "trainer": trainer,
+            "inputs": list(resolution.inputs) or None,
+        }
+    )
+    return Decision(
+        status=status,
+        events=tuple(transition_events(prev, status)),
+        # The producing job's events bring it back sooner; this is the safety net.
+        requeue_after=settings.dependency_retry_seconds,
     )
 
 

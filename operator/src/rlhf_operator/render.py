@@ -2,7 +2,9 @@
 
 A dry run for GitOps review and debugging: the same validation, placement plan and builders
 the operator runs, with no cluster. Objects the API server would fill in (the owner's uid) get
-a visible placeholder.
+a visible placeholder. A `fromJob` model source is rendered as the operator would pass it:
+the named job's `status.output.model` when that job is in the same file (where it will write
+its model is known from its spec), else a placeholder location, with a note saying so.
 """
 
 from __future__ import annotations
@@ -13,16 +15,20 @@ from typing import Any
 
 import yaml
 
-from rlhf_trainer.config import cluster_problems, load_file
+from rlhf_trainer.config import JobSpec, cluster_problems, load_file
+from rlhf_trainer.config.sources import job_references
 
-from .api.v1alpha1 import RLHFJob
+from .api.v1alpha1 import JobInput, RLHFJob
 from .builders.children import render_children
 from .builders.common import BuildError
+from .builders.volumes import job_output
+from .inputs import with_inputs
 from .placement import PlacementError
 from .policy import policy_problems
 from .settings import OperatorSettings
 
 PLACEHOLDER_UID = "00000000-0000-0000-0000-000000000000"
+PLACEHOLDER_CLAIM = "from-job-placeholder"
 
 
 @dataclass(frozen=True)
@@ -31,6 +37,7 @@ class Rendered:
     name: str
     objects: list[dict[str, Any]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
 
 def render_job(job: RLHFJob, settings: OperatorSettings) -> list[dict[str, Any]]:
@@ -46,6 +53,7 @@ def render_file(
     out: list[Rendered] = []
     loaded_jobs = load_file(path)
     namespaces = _document_namespaces(path, len(loaded_jobs))
+    in_file = {j.name: j.spec for j in loaded_jobs if j.ok and j.spec is not None}
     for loaded, doc_namespace in zip(loaded_jobs, namespaces, strict=True):
         if not loaded.ok or loaded.spec is None:
             problems = loaded.problems or ["not an RLHFJob manifest (bare job configs run locally)"]
@@ -76,13 +84,38 @@ def render_file(
             },
             spec=loaded.spec,
         )
+        inputs, notes = _render_inputs(job, in_file)
         try:
-            objects = render_job(job, settings)
+            objects = render_job(with_inputs(job, inputs), settings)
         except (PlacementError, BuildError) as err:
             out.append(Rendered(loaded.source, loaded.name, problems=[str(err)]))
             continue
-        out.append(Rendered(loaded.source, loaded.name, objects=objects))
+        out.append(Rendered(loaded.source, loaded.name, objects=objects, notes=notes))
     return out
+
+
+def _render_inputs(
+    job: RLHFJob, in_file: dict[str, JobSpec]
+) -> tuple[tuple[JobInput, ...], list[str]]:
+    """What each `fromJob` would resolve to (see the module's doc), and the notes to print."""
+    inputs: list[JobInput] = []
+    notes: list[str] = []
+    for role, name in job_references(job.spec).items():
+        producer = in_file.get(name)
+        if producer is not None:
+            other = RLHFJob(metadata={"name": name, "namespace": job.namespace}, spec=producer)
+            model = job_output(other).model
+        else:
+            model = None
+        if model is None:
+            model = f"pvc://{PLACEHOLDER_CLAIM}/{name}"
+            notes.append(
+                f"spec.models.{role}.fromJob: RLHFJob {name} is not in this file (or exports "
+                f"no model): rendered with the placeholder {model}; the operator passes "
+                f"{name}'s status.output.model once it succeeded"
+            )
+        inputs.append(JobInput(role=role, from_job=name, uid=PLACEHOLDER_UID, model=model))
+    return tuple(inputs), notes
 
 
 def _document_namespaces(path: str | Path, count: int) -> list[str | None]:

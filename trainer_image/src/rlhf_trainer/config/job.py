@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Self
 
-from pydantic import Field, StringConstraints, model_validator
+from pydantic import Field, StringConstraints, ValidationInfo, model_validator
 
 from .algorithm import AlgorithmConfig
 from .base import ConfigModel, raise_problems
@@ -18,6 +18,7 @@ from .output import ObjectStoreConfig, OutputConfig
 from .placement import PlacementConfig
 from .rollout import RolloutConfig
 from .rules import job_problems
+from .sources import IN_PIPELINE, stage_outside_pipeline_problems
 from .training import TrainingConfig
 
 
@@ -40,8 +41,11 @@ class JobConfig(ConfigModel):
     )
 
     @model_validator(mode="after")
-    def _cross_field_rules(self) -> Self:
-        raise_problems(job_problems(self))
+    def _cross_field_rules(self, info: ValidationInfo) -> Self:
+        problems = job_problems(self)
+        if not (info.context or {}).get(IN_PIPELINE):
+            problems += stage_outside_pipeline_problems(self)
+        raise_problems(problems)
         return self
 
     def with_overrides(self, *, resume: str | None, max_steps: int | None) -> JobConfig:

@@ -13,6 +13,7 @@ from .refs import ConfigMapKeyRef, SecretKeyRef
 # The trainer reads the remote reward's token from here; on a cluster the operator fills it
 # from `models.remoteReward.authSecret`.
 REMOTE_REWARD_TOKEN_ENV = "RLHF_REMOTE_REWARD_TOKEN"
+SOURCE_KEYS = "pretrained, randomInit, fromJob or fromStage"
 
 
 class TinyArchitecture(StrEnum):
@@ -42,9 +43,15 @@ class RandomInit(ConfigModel):
         return self
 
 
+# An RLHFJob's or a pipeline stage's name (loading.NAME_PATTERN, which imports this module).
+_JOB_NAME = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+
+
 class ModelSource(ConfigModel):
     """Exactly one of `pretrained` (a Hugging Face id or a directory, as `from_pretrained`
-    takes it) or `randomInit` (a tiny model built locally)."""
+    takes it), `randomInit` (a tiny model built locally), `fromJob` (the final model of
+    another RLHFJob of the namespace, which the operator resolves once that job succeeded) or
+    `fromStage` (the final model of an earlier stage of the same RLHFPipeline)."""
 
     pretrained: str | None = Field(
         None, min_length=1, description="Hugging Face model id or a path on a mounted volume."
@@ -52,17 +59,35 @@ class ModelSource(ConfigModel):
     random_init: RandomInit | None = Field(
         None, description="Build a tiny random-initialised model instead of loading one."
     )
+    from_job: str | None = Field(
+        None,
+        max_length=40,
+        pattern=_JOB_NAME,
+        description="Name of an RLHFJob of the same namespace: its final model "
+        "(status.output.model) once it succeeded; the job waits until then.",
+    )
+    from_stage: str | None = Field(
+        None,
+        max_length=40,
+        pattern=_JOB_NAME,
+        description="In an RLHFPipeline stage only: the final model of an earlier stage.",
+    )
     revision: str | None = Field(None, description="Hub revision (branch, tag or commit).")
     trust_remote_code: bool = False
 
     @model_validator(mode="after")
     def _exactly_one_source(self) -> Self:
-        if (self.pretrained is None) == (self.random_init is None):
-            raise ValueError("set exactly one of pretrained or randomInit")
+        given = (self.pretrained, self.random_init, self.from_job, self.from_stage)
+        if sum(x is not None for x in given) != 1:
+            raise ValueError(f"set exactly one of {SOURCE_KEYS}")
         return self
 
     @property
     def label(self) -> str:
+        if self.from_job is not None:
+            return f"fromJob {self.from_job}"
+        if self.from_stage is not None:
+            return f"fromStage {self.from_stage}"
         return self.pretrained or "random-init"
 
 
@@ -207,6 +232,8 @@ class ModelsConfig(ConfigModel):
             return ModelSource(
                 pretrained=first.pretrained,
                 random_init=first.random_init,
+                from_job=first.from_job,
+                from_stage=first.from_stage,
                 revision=first.revision,
                 trust_remote_code=first.trust_remote_code,
             )

@@ -72,8 +72,11 @@ def resolve_model_dir(
     if source.random_init is not None:
         out = random_init_dir(source, cache_dir, kind)
         return str(build_tiny_model(source.random_init, out, kind=kind))
-    if source.pretrained is None:  # unreachable for a validated ModelSource
-        raise ValueError("a model source needs pretrained or randomInit")
+    if source.pretrained is None:  # fromJob/fromStage: resolved before a run, never here
+        raise ValueError(
+            f"model source {source.label!r} was not resolved to a location: fromJob is "
+            "resolved by the operator, fromStage by an RLHFPipeline"
+        )
     return resolve_pretrained(source.pretrained, base_dir)
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from rlhf_trainer.config import JobConfig, LoadedJob, load_file
+from rlhf_trainer.config.sources import local_run_problems
 
 from .preemption import StopCheck, never
 
@@ -62,6 +63,10 @@ def select_job(path: Path) -> tuple[LoadedJob, JobConfig]:
     config = jobs[0].config
     if config is None:  # a valid document always has a config
         raise JobError(f"{path}: no job config")
+    prefix = "spec" if jobs[0].is_manifest else ""
+    unresolved = [f"{path}: {p.render(prefix)}" for p in local_run_problems(config)]
+    if unresolved:
+        raise JobError("\n".join(unresolved))
     return jobs[0], config
 
 

@@ -39,6 +39,8 @@ class ConditionType(StrEnum):
     # A failed attempt was replaced by a fresh RayJob resuming from the latest checkpoint;
     # the message keeps why the previous attempt failed.
     RESTARTED = "Restarted"
+    # Every `fromJob` model source names a Succeeded RLHFJob's model (only on jobs with one).
+    INPUTS_READY = "InputsReady"
 
 
 class ConditionStatus(StrEnum):
@@ -89,6 +91,11 @@ class ConditionReason(StrEnum):
     NOT_RETRYABLE = "NotRetryable"
     # An attempt was preempted: retried, not counted against runPolicy.backoffLimit.
     PREEMPTED = "Preempted"
+    # A `fromJob` source names a job that has not succeeded yet (or does not exist yet).
+    WAITING_FOR_JOB = "WaitingForJob"
+    # A `fromJob` source names a job that failed, or succeeded without exporting a model.
+    INPUT_JOB_FAILED = "InputJobFailed"
+    INPUTS_RESOLVED = "InputsResolved"
 
 
 class Condition(ConfigModel):
@@ -200,6 +207,16 @@ class JobOutput(ConfigModel):
     )
 
 
+class JobInput(ConfigModel):
+    """A model this job loads from another RLHFJob (`fromJob`). Recorded when first resolved
+    and pinned from then on: a later change to that job does not change this job's inputs."""
+
+    role: str = Field(description="The model source: actor, critic, reference, rewardModels[i].")
+    from_job: str = Field(description="The RLHFJob whose final model it is.")
+    uid: str = Field(description="That job's uid when it was resolved.")
+    model: str = Field(description="The exact location given to the trainer as pretrained.")
+
+
 class RLHFJobStatus(ConfigModel):
     phase: Phase = Phase.PENDING
     conditions: list[Condition] = Field(default_factory=list)
@@ -222,3 +239,6 @@ class RLHFJobStatus(ConfigModel):
     message: str | None = None
     usage: Usage | None = None
     output: JobOutput | None = None
+    inputs: list[JobInput] | None = Field(
+        None, description="Models taken from other RLHFJobs (fromJob), as resolved."
+    )
