@@ -10,7 +10,12 @@ from __future__ import annotations
 
 from typing import TypedDict
 
-from rlhf_trainer.config.algorithm import GROUP_ALGORITHMS, ONLINE_ALGORITHMS, AlgorithmName
+from rlhf_trainer.config.algorithm import (
+    GROUP_ALGORITHMS,
+    ITERATIVE_ALGORITHMS,
+    ONLINE_ALGORITHMS,
+    AlgorithmName,
+)
 from rlhf_trainer.config.models import SOURCE_KEYS
 
 
@@ -27,6 +32,10 @@ def _cel_list(algorithms: frozenset[AlgorithmName]) -> str:
 
 GROUP = _cel_list(GROUP_ALGORITHMS)
 ONLINE = _cel_list(ONLINE_ALGORITHMS)
+# Online algorithms that train on every sample of a step (an iterative round trains on what
+# it selected, however many).
+EVERY_SAMPLE = _cel_list(ONLINE_ALGORITHMS - ITERATIVE_ALGORITHMS)
+NO_REFERENCE = _cel_list(frozenset(a for a in AlgorithmName if not a.needs_reference))
 
 _IMMUTABLE = "self == oldSelf"
 
@@ -114,7 +123,7 @@ RULES: dict[str, list[Rule]] = {
             "fieldPath": ".training.trainBatchSize",
         },
         {
-            "rule": f"!(self.algorithm.name in {ONLINE}) || "
+            "rule": f"!(self.algorithm.name in {EVERY_SAMPLE}) || "
             "(self.training.rolloutBatchSize * self.rollout.samplesPerPrompt) "
             "% self.training.trainBatchSize == 0",
             "message": "training.trainBatchSize must divide "
@@ -144,7 +153,7 @@ RULES: dict[str, list[Rule]] = {
         },
         {
             "rule": "!self.placement.colocateActorReference || "
-            "self.algorithm.name in ['sft', 'reward-model'] || "
+            f"self.algorithm.name in {NO_REFERENCE} || "
             "self.placement.actorGpus == self.placement.referenceGpus",
             "message": "placement.colocateActorReference needs actorGpus == referenceGpus",
             "fieldPath": ".placement.colocateActorReference",

@@ -167,13 +167,14 @@ def test_every_example_and_the_readme_job_validate_and_plan(tmp_path: Path) -> N
 
 # --- the operator's GPUs == the trainer's devices, over generated specs ---------------------
 
-ALGORITHMS = ["ppo", "grpo", "rloo", "reinforce++", "sft", "dpo", "kto", "reward-model"]
+ONLINE_ALGORITHMS = ["ppo", "grpo", "rloo", "reinforce++", "rejection-sampling", "iterative-dpo"]
+ALGORITHMS = [*ONLINE_ALGORITHMS, "sft", "dpo", "kto", "reward-model"]
 
 
 @st.composite
 def specs(draw: st.DrawFn) -> dict[str, Any]:
     algorithm = draw(st.sampled_from(ALGORITHMS))
-    online = algorithm in {"ppo", "grpo", "rloo", "reinforce++"}
+    online = algorithm in ONLINE_ALGORITHMS
     counts = st.sampled_from([1, 2, 4, 8])
     reward_models = draw(st.integers(0, 2)) if online else 0
     models: dict[str, Any] = {"rewardModels": None}
@@ -207,7 +208,16 @@ def specs(draw: st.DrawFn) -> dict[str, Any]:
     return merge(
         spec_dict(models=models),
         {
-            "algorithm": {"name": algorithm, "klCoef": draw(st.sampled_from([0.0, 0.01]))},
+            "algorithm": {
+                "name": algorithm,
+                "klCoef": draw(st.sampled_from([0.0, 0.01])),
+                # iterative-dpo: a fixed reference (placed) or the policy of each round's start.
+                **(
+                    {"refreshReference": draw(st.booleans())}
+                    if algorithm == "iterative-dpo"
+                    else {}
+                ),
+            },
             "placement": placement,
             "rollout": rollout,
         },

@@ -17,6 +17,9 @@ class AlgorithmName(StrEnum):
     REINFORCE_PP = "reinforce++"
     REINFORCE_PP_BASELINE = "reinforce++-baseline"
     RLOO = "rloo"
+    # Iterative (rounds of generate -> score -> select -> train with an offline objective).
+    REJECTION_SAMPLING = "rejection-sampling"
+    ITERATIVE_DPO = "iterative-dpo"
     # Offline trainers (a fixed data set, no rollouts).
     SFT = "sft"
     REWARD_MODEL = "reward-model"
@@ -30,6 +33,11 @@ class AlgorithmName(StrEnum):
         return self in ONLINE_ALGORITHMS
 
     @property
+    def is_iterative(self) -> bool:
+        """Online algorithms that train on a data set selected from each round's samples."""
+        return self in ITERATIVE_ALGORITHMS
+
+    @property
     def needs_critic(self) -> bool:
         """Only PPO learns a value function (GAE); the others use sampled baselines."""
         return self is AlgorithmName.PPO
@@ -41,7 +49,11 @@ class AlgorithmName(StrEnum):
 
     @property
     def needs_reference(self) -> bool:
-        return self not in {AlgorithmName.SFT, AlgorithmName.REWARD_MODEL}
+        return self not in {
+            AlgorithmName.SFT,
+            AlgorithmName.REWARD_MODEL,
+            AlgorithmName.REJECTION_SAMPLING,
+        }
 
     @property
     def uses_preference_pairs(self) -> bool:
@@ -61,8 +73,11 @@ ONLINE_ALGORITHMS = frozenset(
         AlgorithmName.REINFORCE_PP,
         AlgorithmName.REINFORCE_PP_BASELINE,
         AlgorithmName.RLOO,
+        AlgorithmName.REJECTION_SAMPLING,
+        AlgorithmName.ITERATIVE_DPO,
     }
 )
+ITERATIVE_ALGORITHMS = frozenset({AlgorithmName.REJECTION_SAMPLING, AlgorithmName.ITERATIVE_DPO})
 GROUP_ALGORITHMS = frozenset(
     {
         AlgorithmName.GRPO,
@@ -149,3 +164,24 @@ class AlgorithmConfig(ConfigModel):
     desirable_weight: float = Field(1.0, gt=0, description="KTO weight of desirable examples.")
     undesirable_weight: float = Field(1.0, gt=0, description="KTO weight of undesirable examples.")
     margin: float | None = Field(None, description="Reward-model pairwise loss margin.")
+
+    # --- iterative algorithms (rejection sampling / best-of-n, iterative DPO) ---
+    iterations: int | None = Field(
+        None,
+        gt=0,
+        description="Rounds of generate -> score -> select -> train (rejection-sampling, "
+        "iterative-dpo; one step each, on rolloutBatchSize prompts x rollout.samplesPerPrompt "
+        "samples). Default: what the prompts allow (prompts x numEpisodes / rolloutBatchSize); "
+        "training.maxSteps, when set, wins. Each round trains training.epochs passes over its "
+        "selected set.",
+    )
+    reward_threshold: float | None = Field(
+        None,
+        description="rejection-sampling: keep every sample whose reward is at least this "
+        "(none, some or all of a prompt's) instead of the best sample of each prompt.",
+    )
+    refresh_reference: bool = Field(
+        False,
+        description="iterative-dpo: the DPO reference is the policy at the start of each "
+        "round (no reference model is placed) instead of the fixed models.reference.",
+    )

@@ -1,9 +1,10 @@
 """Where a job's roles run: one pure plan that the operator, the trainer and `rlhf plan` share.
 
 1. `role_devices`: the roles this spec really runs and the devices each needs. A role the spec
-   does not use gets nothing: no reference without a KL term (`algorithm.klCoef: 0`) or for SFT
-   and reward-model training, no critic outside PPO, no reward devices without reward models,
-   no rollout devices with `rollout.engine: hf` (it generates with the actor's own model).
+   does not use gets nothing: no reference without a KL term (`algorithm.klCoef: 0`), for SFT,
+   reward-model training and rejection sampling, or with `algorithm.refreshReference`; no
+   critic outside PPO, no reward devices without reward models, no rollout devices with
+   `rollout.engine: hf` (it generates with the actor's own model).
 2. Colocation merges roles into device groups that share the same devices: actor+reference,
    critic+reward, or everything (the hybrid engine, `colocateAll`). Several reward models share
    the reward devices (each is its own data-parallel group on them).
@@ -121,10 +122,14 @@ class LayoutError(ValueError):
 
 def uses_reference(cfg: JobConfig) -> bool:
     """Offline preference trainers always compare with the reference; online algorithms only
-    when a KL term exists (OpenRLHF does not start one for init_kl_coef = 0 either)."""
+    when a KL term exists (OpenRLHF does not start one for init_kl_coef = 0 either); iterative
+    DPO unless the reference is the policy of each round's start (`refreshReference`: the
+    actor's own ranks compute it before the round's update)."""
     algo = cfg.algorithm.name
     if not algo.needs_reference:
         return False
+    if algo.is_iterative:
+        return not cfg.algorithm.refresh_reference
     return not algo.is_online or cfg.algorithm.kl_coef > 0
 
 

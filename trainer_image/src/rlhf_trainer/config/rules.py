@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 def job_problems(cfg: JobConfig) -> list[Problem]:
     return [
         *_algorithm_problems(cfg),
+        *_iterative_problems(cfg),
         *_reward_source_problems(cfg),
         *_remote_reward_problems(cfg),
         *_batch_problems(cfg),
@@ -64,6 +65,69 @@ def _algorithm_problems(cfg: JobConfig) -> list[Problem]:
                 f"critic warm-up needs a critic: only algorithm ppo has one (got {algo.value})",
             )
         )
+    return out
+
+
+def _iterative_problems(cfg: JobConfig) -> list[Problem]:
+    """Rejection sampling and iterative DPO: their own knobs, and what they do not use."""
+    a, algo = cfg.algorithm, cfg.algorithm.name
+    out: list[Problem] = []
+    own = [
+        (
+            "iterations",
+            a.iterations is not None,
+            algo.is_iterative,
+            "rejection-sampling and iterative-dpo",
+        ),
+        (
+            "rewardThreshold",
+            a.reward_threshold is not None,
+            algo is AlgorithmName.REJECTION_SAMPLING,
+            "rejection-sampling",
+        ),
+        (
+            "refreshReference",
+            a.refresh_reference,
+            algo is AlgorithmName.ITERATIVE_DPO,
+            "iterative-dpo",
+        ),
+    ]
+    for field, given, applies, which in own:
+        if given and not applies:
+            out.append(
+                Problem(
+                    f"algorithm.{field}", f"applies to {which} only; remove it for {algo.value}"
+                )
+            )
+    if not algo.is_iterative:
+        return out
+    n = cfg.rollout.samples_per_prompt
+    if n < 2 and (algo is AlgorithmName.ITERATIVE_DPO or a.reward_threshold is None):
+        why = (
+            "a chosen/rejected pair needs two samples of a prompt"
+            if algo is AlgorithmName.ITERATIVE_DPO
+            else "best-of-n needs several samples of a prompt (or set algorithm.rewardThreshold)"
+        )
+        out.append(
+            Problem("rollout.samplesPerPrompt", f"must be > 1 for {algo.value}: {why}; got {n}")
+        )
+    if a.refresh_reference and cfg.models.reference is not None:
+        out.append(
+            Problem(
+                "algorithm.refreshReference",
+                "replaces the reference with the policy at the start of each round, so "
+                "models.reference would never be used: remove one of them",
+            )
+        )
+    unused = [
+        ("algorithm.normalizeReward", a.normalize_reward, "selection ranks raw rewards"),
+        ("algorithm.overlongBuffer", a.overlong_buffer is not None, "selection ranks raw rewards"),
+        ("algorithm.useKlLoss", a.use_kl_loss, "the objective is SFT or DPO, with no KL term"),
+        ("rollout.agent", cfg.rollout.agent is not None, "rounds are single-turn"),
+    ]
+    for field, given, why in unused:
+        if given:
+            out.append(Problem(field, f"is not used by {algo.value} ({why}); remove it"))
     return out
 
 
@@ -117,7 +181,8 @@ def _batch_problems(cfg: JobConfig) -> list[Problem]:
                     f"({t.micro_train_batch_size} x {ranks} = {unit}); got {t.train_batch_size}",
                 )
             )
-    if cfg.algorithm.name.is_online:
+    # An iterative round trains on however many samples it selected (see rlhf_trainer.iterative).
+    if cfg.algorithm.name.is_online and not cfg.algorithm.name.is_iterative:
         samples = t.rollout_batch_size * cfg.rollout.samples_per_prompt
         if samples % t.train_batch_size:
             out.append(

@@ -181,6 +181,11 @@ def kv_cache_bytes(model_dir: str, tokens: int, dtype_bytes: int) -> int:
 class TrainingCluster:
     """Every role of one job, placed and built; the loop's only handle on Ray."""
 
+    # The classes of the policy's and the reference's ranks (a subclass may train another
+    # objective: see `distributed.iterative`).
+    actor_worker: type = ActorWorker
+    reference_worker: type = ReferenceWorker
+
     def __init__(self, job: JobConfig, dirs: ModelDirs, *, total_optimizer_steps: int) -> None:
         self.job, self.dirs = job, dirs
         self.plan = plan_placement(job)
@@ -253,9 +258,9 @@ class TrainingCluster:
                 args=(self._engine_settings(0 if self.on_gpu else os.cpu_count() or 1),),
                 distributed=False,
             )
-        self.actor = group(ACTOR, ActorWorker, dirs.actor)
+        self.actor = group(ACTOR, self.actor_worker, dirs.actor)
         self.reference = (
-            group(REFERENCE, ReferenceWorker, dirs.reference)
+            group(REFERENCE, self.reference_worker, dirs.reference)
             if REFERENCE in roles and dirs.reference
             else None
         )

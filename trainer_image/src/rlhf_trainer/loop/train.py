@@ -1,9 +1,15 @@
 """The online train function (`rlhf_trainer.runner` dispatches PPO, GRPO, REINFORCE++, RLOO,
 Dr. GRPO here): resolve the models, prompts, reward sources and agent, start the cluster, and
 run the driver loop. The runner owns directories, errors, exit codes and teardown.
+
+`train_rollouts` is the same for any loop over rollouts with its own cluster and driver
+classes (the iterative trainers use it too).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -12,13 +18,35 @@ from rlhf_trainer.runner.preemption import Preempted
 
 
 def train_online(ctx: RunContext) -> RunResult:
-    from rlhf_trainer.data.prompts import load_prompts
-    from rlhf_trainer.distributed.cluster import ModelDirs, TrainingCluster, shutdown_ray
+    from rlhf_trainer.distributed.cluster import TrainingCluster
     from rlhf_trainer.distributed.strategy import total_optimizer_steps
+
+    from .driver import Trainer
+
+    t, r = ctx.cfg.training, ctx.cfg.rollout
+
+    def optimizer_steps(steps: int) -> int:
+        samples = t.rollout_batch_size * r.samples_per_prompt
+        return total_optimizer_steps(steps, samples, t.train_batch_size, t.ppo_epochs)
+
+    return train_rollouts(ctx, TrainingCluster, Trainer, optimizer_steps)
+
+
+def train_rollouts(
+    ctx: RunContext,
+    cluster_cls: Callable[..., Any],
+    trainer_cls: Callable[..., Any],
+    optimizer_steps: Callable[[int], int],
+) -> RunResult:
+    """Models, prompts, reward sources and agent of the job, then `cluster_cls` (a
+    `TrainingCluster`) and `trainer_cls` (a `Trainer`) run to the end. `optimizer_steps`:
+    the run's optimiser steps (the LR schedule's length) for its number of steps."""
+    from rlhf_trainer.data.prompts import load_prompts
+    from rlhf_trainer.distributed.cluster import ModelDirs, shutdown_ray
     from rlhf_trainer.models.loading import load_tokenizer, model_cache_dir, resolve_model_dir
     from rlhf_trainer.models.tiny import ModelKind
 
-    from .driver import Hooks, Trainer
+    from .driver import Hooks
     from .hooks import open_scorer
     from .rollout import load_agent_class
 
@@ -42,10 +70,6 @@ def train_online(ctx: RunContext) -> RunResult:
     tokenizer = load_tokenizer(actor_dir)
     prompts = load_prompts(cfg.data, tokenizer, base, cfg.training.seed)
     steps = total_steps(cfg, len(prompts))
-    samples = cfg.training.rollout_batch_size * cfg.rollout.samples_per_prompt
-    optimizer_steps = total_optimizer_steps(
-        steps, samples, cfg.training.train_batch_size, cfg.training.ppo_epochs
-    )
     scorer = open_scorer(cfg, base)
     ctx.on_close(scorer.close)
     scorer.start()
@@ -54,14 +78,14 @@ def train_online(ctx: RunContext) -> RunResult:
     if ctx.stop():  # stopped while loading: nothing to save, and no cluster to start
         raise Preempted(0)
     ctx.on_close(shutdown_ray)
-    cluster = TrainingCluster(
+    cluster = cluster_cls(
         cfg,
         ModelDirs(actor_dir, critic_dir, reference_dir, reward_dirs),
-        total_optimizer_steps=optimizer_steps,
+        total_optimizer_steps=optimizer_steps(steps),
     )
     ctx.on_close(cluster.shutdown)
     hooks = Hooks(scorer, checkpoints, reporter, agent_cls)
-    trainer = Trainer(
+    trainer = trainer_cls(
         cfg,
         cluster,
         tokenizer,

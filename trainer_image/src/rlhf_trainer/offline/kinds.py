@@ -29,7 +29,11 @@ _KINDS = {
     AlgorithmName.IPO: TrainerKind.PREFERENCE,
     AlgorithmName.CDPO: TrainerKind.PREFERENCE,
     AlgorithmName.KTO: TrainerKind.KTO,
+    # The iterative algorithms train each round's selected samples with these objectives.
+    AlgorithmName.REJECTION_SAMPLING: TrainerKind.SFT,
+    AlgorithmName.ITERATIVE_DPO: TrainerKind.PREFERENCE,
 }
+# Algorithms that train with an offline objective (the iterative ones on generated data).
 OFFLINE_ALGORITHMS = frozenset(_KINDS)
 
 # Sequences per sample, the `K` of the `[B, K, L]` batch layout.
@@ -69,7 +73,7 @@ def offline_spec(cfg: JobConfig) -> OfflineSpec:
     if algo not in OFFLINE_ALGORITHMS:
         offline = ", ".join(sorted(a.value for a in OFFLINE_ALGORITHMS))
         raise OfflineConfigError(
-            f"algorithm.name: {algo.value} is an online algorithm; offline trainers: {offline}"
+            f"algorithm.name: {algo.value} is an online algorithm; offline objectives: {offline}"
         )
     kind = _KINDS[algo]
     variant: Literal["dpo", "ipo"] | None = None

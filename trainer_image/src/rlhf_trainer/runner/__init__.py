@@ -1,10 +1,12 @@
-"""`rlhf run`: one runner for the online trainers (PPO, GRPO, REINFORCE++, RLOO, ...) and the
-offline ones (SFT, reward model, DPO, IPO, cDPO, KTO).
+"""`rlhf run`: one runner for the online trainers (PPO, GRPO, REINFORCE++, RLOO, ...), the
+iterative ones (rejection sampling, iterative DPO) and the offline ones (SFT, reward model, DPO,
+IPO, cDPO, KTO).
 
-The runner owns everything the two kinds of training share: picking the job, its directories,
-step counting, the errors and exit codes, the outcome reported to the operator, SIGTERM
+The runner owns everything the kinds of training share: picking the job, its directories, step
+counting, the errors and exit codes, the outcome reported to the operator, SIGTERM
 (preemption), teardown and the final message. Each kind is one *train function* (`loop.train`,
-`offline.train`) that builds its models, data and cluster and runs its driver loop.
+`iterative.train`, `offline.train`) that builds its models, data and cluster and runs its
+driver loop.
 
 Import the submodules directly; this file imports nothing (no torch, no Ray):
 

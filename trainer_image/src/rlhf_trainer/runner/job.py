@@ -111,12 +111,15 @@ def run_dirs(
 
 
 def total_steps(cfg: JobConfig, items: int) -> int:
-    """`training.maxSteps`, else the full batches in the data's passes: online, `items` prompts
+    """`training.maxSteps`, else `algorithm.iterations` (rounds of the iterative algorithms),
+    else the full batches in the data's passes: online, `items` prompts
     x `numEpisodes` / `rolloutBatchSize`; offline, `items` samples x `epochs` /
     `trainBatchSize`. A last partial batch is dropped (it would bias a step's statistics)."""
     t = cfg.training
     if t.max_steps is not None:
         return t.max_steps
+    if cfg.algorithm.name.is_iterative and cfg.algorithm.iterations is not None:
+        return cfg.algorithm.iterations  # a step is a round (rlhf_trainer.iterative)
     if cfg.algorithm.name.is_online:
         passes, batch = (t.num_episodes, "episodes"), (t.rollout_batch_size, "rolloutBatchSize")
         what = "prompts"

@@ -33,7 +33,13 @@ PREFIX = "rlhf run"
 
 
 def train_function(cfg: JobConfig) -> TrainFn:
-    """The online loop (rollouts, rewards, policy updates) or the offline one (a fixed data set)."""
+    """The online loop (rollouts, rewards, policy updates), the iterative one (rounds of
+    rollouts, rewards, selection and offline-objective training) or the offline one (a fixed
+    data set)."""
+    if cfg.algorithm.name.is_iterative:
+        from rlhf_trainer.iterative.train import train_iterative
+
+        return train_iterative
     if cfg.algorithm.name.is_online:
         from rlhf_trainer.loop.train import train_online
 

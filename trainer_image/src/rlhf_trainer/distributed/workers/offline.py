@@ -203,26 +203,49 @@ class OfflineReferenceRank(RankBase):
         self.model = init_eval_engine(model, self.settings.job.training, self.world_size)
         return count_params(model)
 
-    @torch.no_grad()
     def sequence_logps(self, shard: dict[str, Tensor], micro_steps: int) -> Tensor:
-        """`[b, K]` reference log-probs of the shard's sequences, in `micro_steps` forward
-        passes of at most `microTrainBatchSize` samples (the size training already fits in
-        memory). Every rank runs the same number of passes: ZeRO-3 gathers are collective."""
-        size = self.settings.job.training.micro_train_batch_size
-        rows = shard["input_ids"].shape[0]
-        parts = []
-        for index in range(micro_steps):
-            start = index * size
-            if start < rows:
-                chunk = {k: v[start : start + size] for k, v in shard.items()}
-            else:  # a pass only to keep the ranks in step; its result is dropped
-                chunk = {k: v[:1] for k, v in shard.items()}
-            logps = sequence_logps_of(
-                self.model, self.to_device(trim_right(chunk)), average=self.spec.average_logps
-            )
-            if start < rows:
-                parts.append(logps.float().cpu())
-        return torch.cat(parts)
+        """`[b, K]` reference log-probs of the shard's sequences (see `micro_sequence_logps`)."""
+        return micro_sequence_logps(self, self.model, shard, micro_steps)
+
+
+@torch.no_grad()
+def micro_sequence_logps(
+    rank: RankBase, model: Any, shard: dict[str, Tensor], micro_steps: int
+) -> Tensor:
+    """`[b, K]` log-probs of the shard's sequences under `model`, in `micro_steps` forward
+    passes of at most `microTrainBatchSize` samples (the size training already fits in
+    memory). Every rank runs the same number of passes: ZeRO-3 gathers are collective."""
+    size = rank.settings.job.training.micro_train_batch_size
+    average = offline_spec(rank.settings.job).average_logps
+    rows = shard["input_ids"].shape[0]
+    parts = []
+    for index in range(micro_steps):
+        start = index * size
+        if start < rows:
+            chunk = {k: v[start : start + size] for k, v in shard.items()}
+        else:  # a pass only to keep the ranks in step; its result is dropped
+            chunk = {k: v[:1] for k, v in shard.items()}
+        logps = sequence_logps_of(model, rank.to_device(trim_right(chunk)), average=average)
+        if start < rows:
+            parts.append(logps.float().cpu())
+    return torch.cat(parts)
+
+
+def sequence_logps_over(group: RoleGroup, batch: dict[str, Tensor], size: int) -> Pending:
+    """`[B, K]` sequence log-probs of a batch, data-parallel over the ranks of `group`, whose
+    workers have `sequence_logps(shard, micro_steps)`, in passes of at most `size` rows."""
+    shards = split_rows(batch, group.size)
+    rows = [next(iter(s.values())).shape[0] for s in shards]
+    micro_steps = max(1, -(-max(rows) // size))
+    # A rank with no rows still joins the passes (on a copy of row 0, result dropped).
+    sent = [
+        s if n else {k: v[:1] for k, v in batch.items()} for s, n in zip(shards, rows, strict=True)
+    ]
+    refs = [
+        w.sequence_logps.remote(s, micro_steps) for w, s in zip(group.workers, sent, strict=True)
+    ]
+    kept = [i for i, n in enumerate(rows) if n]
+    return Pending(refs, lambda parts: torch.cat([parts[i] for i in kept]))
 
 
 def offline_threads(ranks: int) -> int:
@@ -293,21 +316,7 @@ class OfflineCluster:
         ranks); None without a reference."""
         if self.reference is None:
             return None
-        size = self.job.training.micro_train_batch_size
-        shards = split_rows(batch, self.reference.size)
-        rows = [next(iter(s.values())).shape[0] for s in shards]
-        micro_steps = max(1, -(-max(rows) // size))
-        # A rank with no rows still joins the passes (on a copy of row 0, result dropped).
-        sent = [
-            s if n else {k: v[:1] for k, v in batch.items()}
-            for s, n in zip(shards, rows, strict=True)
-        ]
-        refs = [
-            w.sequence_logps.remote(s, micro_steps)
-            for w, s in zip(self.reference.workers, sent, strict=True)
-        ]
-        kept = [i for i, n in enumerate(rows) if n]
-        return Pending(refs, lambda parts: torch.cat([parts[i] for i in kept]))
+        return sequence_logps_over(self.reference, batch, self.job.training.micro_train_batch_size)
 
     def train(self, batch: dict[str, Tensor], step: int) -> Pending:
         """One optimiser step on the batch (split evenly over the trained ranks); result: the
