@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/ppo_step.py [--size tiny|M|L] [--steps 6] [--warmup 2]
         [--dtype fp32|bf16] [--prompts 8] [--samples 4] [--new-tokens 64] [--repeats 1]
-        [--algorithms grpo,ppo] [--skip-trl]
+        [--algorithms grpo,ppo] [--async off|on|both] [--skip-trl]
 
 Identical work on both sides (BENCH.md): the same random-init Llama and tokenizer, the same
 chat-templated repeat-letter prompts, `--samples` generations of `--new-tokens` tokens per prompt,
@@ -11,12 +11,15 @@ no KL term (so neither side runs a reference model), no gradient checkpointing. 
 through `rlhf run`'s code path (Ray placement, DeepSpeed ranks, vLLM engine, weight sync).
 
 Printed, one JSON line each:
-- `impl: rlhf, algorithm: grpo` and `algorithm: ppo` (critic + GAE): median seconds per
-  phase over the measured steps (generation, weight_sync, make_experience, training, total),
-  generated tokens/s, weight sync as a share of the step, start-up seconds;
+- `impl: rlhf, algorithm: grpo` and `algorithm: ppo` (critic + GAE), each with `async` off
+  and/or on (`rollout.async`): median seconds per phase over the measured steps (generation,
+  weight_sync, make_experience, training, total; with async, generation is only the wait for
+  a batch generated during the previous step, and `engine_generation_s` the engines' own
+  time), generated tokens/s, weight sync as a share of the step, start-up seconds;
 - `impl: trl`: median seconds per step and the share spent in `generate`;
-- `comparison`: ours/TRL step-time ratio, median over `--repeats` interleaved rounds (goal:
-  <= 0.7 at size L), and the weight sync's share of our step (goal: <= 2 %).
+- `comparison`, one per GRPO mode: ours/TRL step-time ratio, median over `--repeats`
+  interleaved rounds (goal at size L: <= 0.7 sync, <= 0.6 async), and the weight sync's share
+  of our step (goal: <= 2 %).
 """
 
 from __future__ import annotations
@@ -55,7 +58,9 @@ SIZES: dict[str, dict[str, int]] = {
 PHASES = ("generation", "weight_sync", "make_experience", "training", "total")
 
 
-def job_document(args: argparse.Namespace, algorithm: str) -> dict[str, Any]:
+def job_document(
+    args: argparse.Namespace, algorithm: str, async_rollout: bool = False
+) -> dict[str, Any]:
     samples = args.prompts * args.samples
     return {
         "algorithm": {"name": algorithm, "klCoef": 0.0},
@@ -69,6 +74,7 @@ def job_document(args: argparse.Namespace, algorithm: str) -> dict[str, Any]:
             "maxNewTokens": args.new_tokens,
             "temperature": 1.0,
             "engine": args.engine,
+            "async": async_rollout,
         },
         "training": {
             "rolloutBatchSize": args.prompts,
@@ -96,14 +102,18 @@ def median(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
 
-def run_ours(args: argparse.Namespace, algorithm: str, work: Path) -> dict[str, Any]:
+def run_ours(
+    args: argparse.Namespace, algorithm: str, work: Path, async_rollout: bool = False
+) -> dict[str, Any]:
     from rlhf_trainer.config import load_document
     from rlhf_trainer.runner.main import run_job
 
-    job = load_document(job_document(args, algorithm), f"bench-{algorithm}.yaml", work)
+    label = f"{algorithm}-async" if async_rollout else algorithm
+    document = job_document(args, algorithm, async_rollout)
+    job = load_document(document, f"bench-{label}.yaml", work)
     if job.config is None:
         raise SystemExit("\n".join(job.problems))
-    run_dir = work / f"rlhf-{algorithm}"
+    run_dir = work / f"rlhf-{label}"
     start = time.perf_counter()
     run_job(job.config, name=job.name, base_dir=job.base_dir, run_dir=run_dir)
     wall = time.perf_counter() - start
@@ -117,10 +127,12 @@ def run_ours(args: argparse.Namespace, algorithm: str, work: Path) -> dict[str, 
     tokens = median([r["metrics"]["generated_tokens"] for r in measured])
     # The actor's update as timed inside its rank (the rest of "training" is transfer/wait).
     in_rank = median([r["metrics"].get("update_s", float("nan")) for r in measured])
+    engine = median([r["metrics"].get("rollout_s", float("nan")) for r in measured])
     return {
         "bench": "ppo_step",
         "impl": "rlhf",
         "algorithm": algorithm,
+        "async": async_rollout,
         "size": args.size,
         "dtype": args.dtype,
         "prompts": args.prompts,
@@ -130,9 +142,11 @@ def run_ours(args: argparse.Namespace, algorithm: str, work: Path) -> dict[str, 
         "step_s": round(phases["total"], 4),
         "phases_s": {k: round(v, 4) for k, v in phases.items()},
         "actor_update_in_rank_s": round(in_rank, 4),
+        "engine_generation_s": round(engine, 4),
+        "staleness": median([r["metrics"].get("staleness", 0.0) for r in measured]),
         "generated_tokens_per_step": tokens,
         "tokens_per_s": round(tokens / phases["total"], 1),
-        "generation_tokens_per_s": round(tokens / phases["generation"], 1),
+        "generation_tokens_per_s": round(tokens / engine, 1),
         "weight_sync_share": round(phases["weight_sync"] / phases["total"], 4),
         "startup_s": round(wall - sum(r["timings"]["total"] for r in steps), 1),
         "reward_first_last": [steps[0]["metrics"]["reward"], steps[-1]["metrics"]["reward"]],
@@ -245,6 +259,26 @@ def run_trl(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     }
 
 
+def comparison(
+    args: argparse.Namespace, rounds: list[dict[str, dict[str, Any]]], label: str, goal: float
+) -> dict[str, Any]:
+    ratios = [r[label]["step_s"] / r["trl"]["step_s"] for r in rounds]
+    return {
+        "bench": "ppo_step",
+        "comparison": f"{label} rlhf/trl",
+        "size": args.size,
+        "dtype": args.dtype,
+        "rounds": len(rounds),
+        "ours_step_s": round(median([r[label]["step_s"] for r in rounds]), 4),
+        "trl_step_s": round(median([r["trl"]["step_s"] for r in rounds]), 4),
+        "ratio_ours_over_trl": round(median(ratios), 3),
+        "ratio_per_round": [round(x, 3) for x in ratios],
+        "goal_ratio": goal,
+        "weight_sync_share": round(median([r[label]["weight_sync_share"] for r in rounds]), 4),
+        "goal_weight_sync_share": 0.02,
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", choices=sorted(SIZES), default="tiny")
@@ -259,47 +293,38 @@ def main() -> int:
     parser.add_argument("--hybrid", action="store_true", help="Ours: colocate all (hybrid).")
     parser.add_argument("--engine", choices=["vllm", "hf"], default="vllm", help="Ours.")
     parser.add_argument("--algorithms", default="grpo,ppo")
+    parser.add_argument(
+        "--async",
+        dest="async_modes",
+        choices=["off", "on", "both"],
+        default="off",
+        help="Ours: rollout.async off, on, or both side by side.",
+    )
     parser.add_argument("--repeats", type=int, default=1, help="Interleaved rounds.")
     args = parser.parse_args()
     if args.steps <= args.warmup:
         parser.error("--steps must exceed --warmup")
     # Back to back, interleaved (ours, TRL, ours, TRL, ...): the machine is noisy, so each
     # round compares the two under the same conditions; the summary takes medians.
+    modes = {"off": [False], "on": [True], "both": [False, True]}[args.async_modes]
     rounds: list[dict[str, dict[str, Any]]] = []
     for round_index in range(args.repeats):
         results: dict[str, dict[str, Any]] = {}
         with tempfile.TemporaryDirectory(prefix="bench-ppo-step-") as tmp:
             work = Path(tmp)
             for algorithm in args.algorithms.split(","):
-                results[algorithm] = run_ours(args, algorithm, work) | {"round": round_index}
-                print(json.dumps(results[algorithm]), flush=True)
+                for async_rollout in modes:
+                    label = f"{algorithm}-async" if async_rollout else algorithm
+                    results[label] = run_ours(args, algorithm, work, async_rollout)
+                    results[label] |= {"round": round_index}
+                    print(json.dumps(results[label]), flush=True)
             if not args.skip_trl:
                 results["trl"] = run_trl(args, work) | {"round": round_index}
                 print(json.dumps(results["trl"]), flush=True)
         rounds.append(results)
-    if not args.skip_trl and "grpo" in rounds[0]:
-        ratios = [r["grpo"]["step_s"] / r["trl"]["step_s"] for r in rounds]
-        print(
-            json.dumps(
-                {
-                    "bench": "ppo_step",
-                    "comparison": "grpo rlhf/trl",
-                    "size": args.size,
-                    "dtype": args.dtype,
-                    "rounds": len(rounds),
-                    "ours_step_s": round(median([r["grpo"]["step_s"] for r in rounds]), 4),
-                    "trl_step_s": round(median([r["trl"]["step_s"] for r in rounds]), 4),
-                    "ratio_ours_over_trl": round(median(ratios), 3),
-                    "ratio_per_round": [round(x, 3) for x in ratios],
-                    "goal_ratio": 0.7,
-                    "weight_sync_share": round(
-                        median([r["grpo"]["weight_sync_share"] for r in rounds]), 4
-                    ),
-                    "goal_weight_sync_share": 0.02,
-                }
-            ),
-            flush=True,
-        )
+    for label, goal in (("grpo", 0.7), ("grpo-async", 0.6)):
+        if not args.skip_trl and label in rounds[0]:
+            print(json.dumps(comparison(args, rounds, label, goal)), flush=True)
     return 0
 
 

@@ -47,3 +47,28 @@ class RolloutConfig(ConfigModel):
         False, description="Sleep vLLM during training (hybrid engine on GPUs only)."
     )
     agent: AgentConfig | None = None
+    async_rollout: bool = Field(
+        False,
+        alias="async",
+        description=(
+            "Generate the next step's samples while this step trains (one step off-policy, "
+            "as OpenRLHF's async training and verl's one-step-off-policy); the importance "
+            "ratio uses the engines' sampling log-probs (the behaviour policy's)."
+        ),
+    )
+    max_staleness: int = Field(
+        1,
+        ge=1,
+        le=8,
+        description=(
+            "With async: the most optimizer steps the generating weights may lag the "
+            "trained ones (1: one step off-policy)."
+        ),
+    )
+    partial_rollout: bool = Field(
+        False,
+        description=(
+            "With async: pause the engines' in-flight requests around a weight update and "
+            "resume them with the new weights, instead of letting them finish first."
+        ),
+    )

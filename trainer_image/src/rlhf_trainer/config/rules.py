@@ -31,6 +31,7 @@ def job_problems(cfg: JobConfig) -> list[Problem]:
         *_batch_problems(cfg),
         *layout_problems(cfg),
         *_rollout_problems(cfg),
+        *_async_problems(cfg),
         *_training_problems(cfg),
         *_data_problems(cfg),
         *_builtin_problems(cfg),
@@ -221,6 +222,67 @@ def _rollout_problems(cfg: JobConfig) -> list[Problem]:
     if r.agent is not None and r.agent.mode.value == "multi-turn" and r.agent.path is None:
         out.append(
             Problem("rollout.agent.path", "multi-turn agents need a file defining AgentInstance")
+        )
+    return out
+
+
+def _async_problems(cfg: JobConfig) -> list[Problem]:
+    """`rollout.async` overlaps the engines' generation with the actor's update: it needs
+    engines apart from the actor, awake while it trains."""
+    r = cfg.rollout
+    out: list[Problem] = []
+    if not r.async_rollout:
+        if r.max_staleness != 1:
+            out.append(
+                Problem(
+                    "rollout.maxStaleness",
+                    f"bounds async rollout's lag: it needs rollout.async: true (got "
+                    f"{r.max_staleness} with async off); remove it or turn async on",
+                )
+            )
+        if r.partial_rollout:
+            out.append(
+                Problem(
+                    "rollout.partialRollout",
+                    "pauses generation that runs during training: it needs rollout.async: true",
+                )
+            )
+        return out
+    if not cfg.algorithm.name.is_online:
+        out.append(
+            Problem(
+                "rollout.async",
+                f"applies to online algorithms (they generate); {cfg.algorithm.name.value} "
+                "trains on a fixed data set: remove it",
+            )
+        )
+        return out
+    if r.engine is RolloutEngine.HF:
+        out.append(
+            Problem(
+                "rollout.async",
+                "overlaps vLLM engines' generation with the actor's update; with rollout.engine "
+                "hf the actor's own ranks generate, so nothing can overlap: use engine vllm or "
+                "set async false",
+            )
+        )
+    if r.enable_sleep:
+        out.append(
+            Problem(
+                "rollout.async",
+                "the engines generate while the actor trains, so they cannot sleep then: set "
+                "rollout.enableSleep false",
+            )
+        )
+    if r.partial_rollout:
+        out.append(
+            Problem(
+                "rollout.partialRollout",
+                "not implemented yet in this trainer: its engines run vLLM's synchronous LLM, "
+                "which cannot pause requests in flight (that needs vLLM's AsyncLLM "
+                "pause_generation(mode='keep'), GPU engines); with rollout.async the engines "
+                "finish the batch in flight, then load the new weights: set it false",
+            )
         )
     return out
 

@@ -11,7 +11,7 @@ import json
 import os
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -393,6 +393,13 @@ class TrainingCluster:
 
     def sync_weights(self) -> float:
         return self.weight_sync.sync() if self.weight_sync else 0.0
+
+    def stage_weights(self) -> Callable[[], float] | None:
+        """The actor's current weights, put aside now, and the engines' load of them for
+        later (see `WeightSync.stage`); None where the sync must be done at once."""
+        if self.weight_sync is None:
+            return lambda: 0.0
+        return self.weight_sync.stage()
 
     # --- checkpoints ----------------------------------------------------------------------
     def _trained(self) -> list[RoleGroup]:

@@ -46,7 +46,8 @@ class SamplingSettings:
     # samples each request with its own generator. Without them the engine's seeded
     # generator is used, and samples depend on the batch.
     seeded: bool = True
-    # Sampling log-probs of the chosen tokens (the trainer recomputes them; for checks).
+    # Sampling log-probs of the chosen tokens: the behaviour policy's, for async rollout
+    # (sync rollout recomputes them with the trainer's weights).
     logprobs: bool = False
 
 
@@ -83,6 +84,9 @@ class VLLMEngine:
             # Cached prefixes make numerics depend on what ran before; off for exact resume.
             enable_prefix_caching=not settings.deterministic,
             enable_sleep_mode=settings.enable_sleep,
+            # Sampling log-probs of the distribution sampled from (after temperature, top-k,
+            # top-p): async rollout's behaviour policy in the importance ratio.
+            logprobs_mode="processed_logprobs",
             **kwargs,
         )
 

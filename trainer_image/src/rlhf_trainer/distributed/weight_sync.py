@@ -16,6 +16,7 @@ sends.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import ray
@@ -62,10 +63,7 @@ class WeightSync:
         """Push the actor's current weights into every engine; returns the seconds it took."""
         start = time.perf_counter()
         if self.mode == OBJECT_STORE:
-            streams = [
-                w.packed_weights.options(num_returns="streaming").remote(self.dtype)
-                for w in self.actor.workers
-            ]
+            streams = self._pack()
             # Each bucket goes to every engine as soon as rank 0 has put it; an engine loads
             # its buckets in order while the next ones are being packed.
             loads = [e.load_packed.remote(ref) for ref in streams[0] for e in self.engines.workers]
@@ -76,8 +74,42 @@ class WeightSync:
             sends = [w.broadcast_weights.remote(self.dtype) for w in self.actor.workers]
             receives = [e.receive_weights.remote(self.plan) for e in self.engines.workers]
             ray.get(sends + receives)
+        self._reset_prefix_caches()
+        return time.perf_counter() - start
+
+    def _pack(self) -> list[Any]:
+        """Every actor rank's stream of packed buckets (rank 0's hold the weights; with
+        ZeRO-3 the other ranks only help gather)."""
+        return [
+            w.packed_weights.options(num_returns="streaming").remote(self.dtype)
+            for w in self.actor.workers
+        ]
+
+    def stage(self) -> Callable[[], float] | None:
+        """Object-store mode, in two halves: now, the actor ranks put their current weights
+        in the object store (before their next update can change them); the function
+        returned loads them into the engines when called, and returns its seconds (async
+        rollout calls it once the batches queued on the engines are done). None in
+        broadcast mode, whose two sides must run at the same time."""
+        if self.mode != OBJECT_STORE:
+            return None
+        streams = self._pack()
+        buckets = list(streams[0])
+        # Wait for every rank, so that none starts its next update while the gather runs.
+        for other in streams[1:]:
+            ray.get(list(other))
+
+        def deliver() -> float:
+            start = time.perf_counter()
+            # Each engine loads the buckets in order.
+            ray.get([e.load_packed.remote(ref) for ref in buckets for e in self.engines.workers])
+            self._reset_prefix_caches()
+            return time.perf_counter() - start
+
+        return deliver
+
+    def _reset_prefix_caches(self) -> None:
         # The engines' cached prefix blocks hold keys and values computed with the old weights:
         # served again, a shared prompt prefix would be attended with stale KV. Dropped after
         # every update (a no-op with prefix caching off, as in deterministic mode).
         ray.get([e.reset_prefix_cache.remote() for e in self.engines.workers])
-        return time.perf_counter() - start

@@ -30,11 +30,19 @@ class Sample:
     agent_reward: float | None = None
     turns: int = 1
     extra: dict[str, Any] = field(default_factory=dict)
+    # The engine's sampling log-prob of each response token (0 where it did not generate
+    # it): the behaviour policy's, kept by async rollout for the importance ratio.
+    logprobs: list[float] | None = None
 
     def __post_init__(self) -> None:
         if len(self.action_mask) != len(self.response_ids):
             raise ValueError(
                 f"action_mask has {len(self.action_mask)} entries for {len(self.response_ids)} "
+                "response tokens; they must match"
+            )
+        if self.logprobs is not None and len(self.logprobs) != len(self.response_ids):
+            raise ValueError(
+                f"logprobs has {len(self.logprobs)} entries for {len(self.response_ids)} "
                 "response tokens; they must match"
             )
 
@@ -65,3 +73,16 @@ def to_batch(samples: list[Sample], pad_id: int) -> dict[str, Tensor]:
 
 def response_lengths(samples: list[Sample]) -> Tensor:
     return torch.tensor([len(s.response_ids) for s in samples], dtype=torch.float32)
+
+
+def behaviour_log_probs(samples: list[Sample]) -> Tensor | None:
+    """`[B, R]` sampling log-probs laid out as `to_batch`'s action mask (0 in padding), or
+    None unless every sample has them."""
+    if not samples or any(s.logprobs is None for s in samples):
+        return None
+    width = max(1, max(len(s.response_ids) for s in samples))
+    out = torch.zeros((len(samples), width), dtype=torch.float32)
+    for row, s in enumerate(samples):
+        if s.logprobs:
+            out[row, : len(s.logprobs)] = torch.tensor(s.logprobs, dtype=torch.float32)
+    return out

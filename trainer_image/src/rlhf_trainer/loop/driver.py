@@ -34,9 +34,10 @@ from rlhf_trainer.config import JobConfig, ResumePolicy
 from rlhf_trainer.reporting.timing import StageTimer
 from rlhf_trainer.runner.preemption import Preempted, StopCheck, never
 
-from .batch import Sample, to_batch
+from .batch import Sample, behaviour_log_probs, to_batch
 from .estimators import compute_advantages, kl_statistic, process_scores
-from .rollout import PromptInput, multi_turn, single_turn
+from .pipeline import rollout_source
+from .rollout import PromptInput, Response, multi_turn, single_turn
 from .state import (
     REWARD_STATS,
     advanced,
@@ -123,6 +124,13 @@ class Trainer:
         self.failure_checkpoint: Path | None = None
         # Where the step is: the models are consistent before "update" and after it completes.
         self.phase = "idle"
+        # Each step's batch: generated on the spot, or ahead with `rollout.async`.
+        self.rollouts = rollout_source(cfg, self.generate, self.next_prompts, cluster, total_steps)
+
+    def next_prompts(self, position: int) -> tuple[list[Any], int]:
+        size = self.cfg.training.rollout_batch_size
+        batch = next(self.prompts.batches(size, start=position, passes=None))
+        return batch.items, batch.position
 
     # --- the loop -------------------------------------------------------------------------
     def fit(self) -> TrainerState:
@@ -138,22 +146,23 @@ class Trainer:
         except BaseException as err:
             self.final_checkpoint_after(err)
             raise
+        finally:
+            self.rollouts.close()
         return self.state
 
     def train_step(self, state: TrainerState) -> TrainerState:
         step = state.step + 1
         timer = StageTimer()
-        batch = next(
-            self.prompts.batches(
-                self.cfg.training.rollout_batch_size, start=state.data_position, passes=None
-            )
-        )
         self.phase = "rollout"
-        with timer("generation"):
-            samples = self.generate(step, batch.items)
+        with timer("generation"):  # async: only the wait for a batch generated ahead
+            rollout = self.rollouts.take(step, state)
+        samples = rollout.samples
         self.stop_if_requested()  # generation is most of a step: no need to score it too
         with timer("make_experience"):
-            experience, metrics, reward_stats = self.make_experience(step, samples, state, timer)
+            experience, metrics, reward_stats = self.make_experience(
+                step, samples, state, timer, behaviour_log_probs(samples)
+            )
+        metrics |= {"staleness": float(rollout.staleness()), "rollout_s": rollout.generate_s}
         self.stop_if_requested()  # the last point where the step leaves no trace
         self.phase = "update"
         self.steps_before_update = self.cluster.optimizer_steps()
@@ -163,7 +172,7 @@ class Trainer:
         new_state = advanced(
             state,
             step=step,
-            data_position=batch.position,
+            data_position=rollout.position,
             kl_coef=self.kl.value,
             samples_seen=state.samples_seen + len(samples),
             metrics={k: v for k, v in metrics.items() if isinstance(v, float)},
@@ -172,7 +181,7 @@ class Trainer:
         self.state, self.phase = new_state, "updated"
         with timer("weight_sync"):
             self.cluster.wake_engines()
-            self.cluster.sync_weights()
+            self.rollouts.updated(step)
         every = self.cfg.checkpoint.every_steps
         if (every and step % every == 0) or step == self.total_steps:
             with timer("checkpoint"):
@@ -196,7 +205,7 @@ class Trainer:
 
         def engine(
             ids: list[list[int]], seeds: list[int], n: int, max_new: int
-        ) -> list[list[tuple[list[int], str]]]:
+        ) -> list[list[Response]]:
             settings = SamplingSettings(
                 n,
                 max_new,
@@ -206,8 +215,12 @@ class Trainer:
                 tuple(r.stop),
                 stop_ids,
                 seeded=self.cfg.training.deterministic,
+                # Async rollout trains on older weights' samples: keep the behaviour policy's.
+                logprobs=r.async_rollout,
             )
             out = self.cluster.generate(ids, seeds, settings, self.pad_id)
+            if r.async_rollout:
+                return [[(g.token_ids, g.finish_reason, g.logprobs) for g in gr] for gr in out]
             return [[(g.token_ids, g.finish_reason) for g in group] for group in out]
 
         prompts = [
@@ -227,24 +240,32 @@ class Trainer:
         )
 
     def make_experience(
-        self, step: int, samples: list[Sample], state: TrainerState, timer: StageTimer
+        self,
+        step: int,
+        samples: list[Sample],
+        state: TrainerState,
+        timer: StageTimer,
+        behaviour: Tensor | None = None,
     ) -> tuple[dict[str, Tensor], dict[str, float], dict[str, Any]]:
         """Log-probs, values and rewards (the ranks' forward passes overlap the reward
-        function), then KL, token rewards, advantages and returns for the whole batch."""
+        function), then KL, token rewards, advantages and returns for the whole batch.
+        `behaviour`: the engines' sampling log-probs of samples generated by older weights
+        (async rollout), which take the old log-probs' place in the importance ratio."""
         cfg, algo = self.cfg, self.cfg.algorithm
         batch = to_batch(samples, self.pad_id)
         mask = batch["action_mask"]
         # On-policy (one optimizer step per step, no KL to a reference): the policy that
         # generated is the one being trained, so the old log-probs are the training forward's
         # own (detached) and the extra forward pass is skipped, as TRL does.
-        old_logp_p = None if self.on_policy() else self.cluster.actor_log_probs(batch)
+        recompute = behaviour is None and not self.on_policy()
+        old_logp_p = self.cluster.actor_log_probs(batch) if recompute else None
         ref_p = self.cluster.reference_log_probs(batch)
         values_p = self.cluster.critic_values(batch)
         rm_p = self.cluster.reward_model_scores(batch)
         with timer("reward"):
             raw, reward_metrics = self.hooks.scorer.score(samples, [p.result() for p in rm_p])
         check_finite("the combined reward", raw, step, "a reward source returned NaN/inf")
-        old_logp = old_logp_p.result() if old_logp_p is not None else None
+        old_logp = old_logp_p.result() if old_logp_p is not None else behaviour
         ref_logp = ref_p.result() if ref_p is not None else None
         values = values_p.result() if values_p is not None else None
         hint = "the weights diverged; lower the learning rate (the last checkpoint is still good)"
@@ -340,10 +361,11 @@ class Trainer:
         self.hooks.reporter.on_step(step, self.total_steps, metrics, timings, shown)
 
     # --- checkpoints ----------------------------------------------------------------------
-    def checkpoint(self, state: TrainerState) -> Path:
+    def checkpoint(self, state: TrainerState, *, wait_rollouts: bool = True) -> Path:
         def write(directory: Path) -> None:
             self.cluster.save_checkpoint(str(directory))
             save_state(state, directory)
+            self.rollouts.save(directory, state, wait=wait_rollouts)
 
         path = self.hooks.checkpoints.save(state.step, write)
         self.saved_step = state.step
@@ -363,6 +385,7 @@ class Trainer:
         self.saved_step = self.resumed_from = self.state.step
         # The engines still hold the initial weights: send them the restored ones.
         self.cluster.sync_weights()
+        self.rollouts.resume(latest.path, self.state)
 
     def final_checkpoint_after(self, err: BaseException) -> None:
         """Save the last consistent state after a failure, when that is possible and useful."""
@@ -377,6 +400,6 @@ class Trainer:
                 return
             if not self.cluster.weights_finite():
                 return
-            self.failure_checkpoint = self.checkpoint(self.state)
+            self.failure_checkpoint = self.checkpoint(self.state, wait_rollouts=False)
         except Exception:
             return

@@ -30,8 +30,14 @@ from rlhf_trainer.config import JobConfig
 
 from .batch import Sample
 
-# generate(prompt token lists, seeds, n, max_new_tokens) -> per prompt, n (ids, finish_reason)
-GenerateFn = Callable[[list[list[int]], list[int], int, int], list[list[tuple[list[int], str]]]]
+# One response: (ids, finish_reason), or (ids, finish_reason, sampling log-probs of the ids).
+Response = tuple[list[int], str] | tuple[list[int], str, list[float]]
+# generate(prompt token lists, seeds, n, max_new_tokens) -> per prompt, n responses
+GenerateFn = Callable[[list[list[int]], list[int], int, int], list[list[Response]]]
+
+
+def _logprobs(response: Response) -> list[float] | None:
+    return list(response[2]) if len(response) > 2 else None
 
 
 class Tokenizer(Protocol):
@@ -65,7 +71,8 @@ def single_turn(
     outputs = generate([p.ids for p in prompts], seeds, n, cfg.rollout.max_new_tokens)
     samples = []
     for prompt, responses in zip(prompts, outputs, strict=True):
-        for ids, reason in responses:
+        for response in responses:
+            ids, reason = response[0], response[1]
             samples.append(
                 Sample(
                     prompt_index=prompt.index,
@@ -76,6 +83,7 @@ def single_turn(
                     prompt_text=prompt.text,
                     label=prompt.label,
                     response_text=tokenizer.decode(list(ids), skip_special_tokens=True),
+                    logprobs=_logprobs(response),
                 )
             )
     return samples
@@ -122,6 +130,8 @@ class _Episode:
     done: bool = False
     turns: int = 0
     finish_reason: str = "length"
+    # Sampling log-probs, aligned with response_ids (0 for feedback); None if not returned.
+    logprobs: list[float] | None = None
 
 
 def multi_turn(
@@ -153,8 +163,13 @@ def multi_turn(
             break
         seeds = sample_seeds(cfg.training.seed, step, len(episodes), turn)
         outputs = generate(contexts, [seeds[i] for i, _ in active], 1, budget)
-        for (_, episode), [(ids, reason)] in zip(active, outputs, strict=True):
-            _advance(episode, list(ids), reason, tokenizer, turn, turn + 1 == max_turns)
+        for (_, episode), [response] in zip(active, outputs, strict=True):
+            if turn == 0:
+                episode.logprobs = [] if len(response) > 2 else None
+            if episode.logprobs is not None:
+                episode.logprobs += _logprobs(response) or []
+            ids, reason = list(response[0]), response[1]
+            _advance(episode, ids, reason, tokenizer, turn, turn + 1 == max_turns)
     return [
         Sample(
             prompt_index=e.prompt.index,
@@ -170,6 +185,7 @@ def multi_turn(
             ),
             agent_reward=e.reward,
             turns=e.turns,
+            logprobs=e.logprobs,
         )
         for e in episodes
     ]
@@ -200,3 +216,5 @@ def _advance(
         feedback_ids = tokenizer.encode(str(feedback), add_special_tokens=False)
         episode.response_ids += feedback_ids
         episode.action_mask += [0] * len(feedback_ids)
+        if episode.logprobs is not None:
+            episode.logprobs += [0.0] * len(feedback_ids)
