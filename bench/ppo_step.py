@@ -119,7 +119,9 @@ def run_ours(
     wall = time.perf_counter() - start
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in records if r.get("event") == "step"]
-    measured = steps[args.warmup :]
+    # With async the run's last step generates nothing ahead, so it has the cores to itself:
+    # not a step of the steady state being measured.
+    measured = steps[args.warmup : len(steps) - 1 if async_rollout else None]
     for r in measured:
         # The run's last step also writes the final checkpoint: not part of a step's work.
         r["timings"]["total"] -= r["timings"].get("checkpoint", 0.0)
@@ -302,8 +304,10 @@ def main() -> int:
     )
     parser.add_argument("--repeats", type=int, default=1, help="Interleaved rounds.")
     args = parser.parse_args()
-    if args.steps <= args.warmup:
-        parser.error("--steps must exceed --warmup")
+    if args.steps <= args.warmup + (args.async_modes != "off"):
+        parser.error(
+            "--steps must exceed --warmup (by 2 with --async: the last step is not measured)"
+        )
     # Back to back, interleaved (ours, TRL, ours, TRL, ...): the machine is noisy, so each
     # round compares the two under the same conditions; the summary takes medians.
     modes = {"off": [False], "on": [True], "both": [False, True]}[args.async_modes]
