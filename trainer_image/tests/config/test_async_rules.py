@@ -5,10 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from test_config import messages, minimal
 
 from rlhf_trainer.config import JobConfig
-
-from test_config import messages, minimal
 
 
 def test_async_is_off_by_default_and_named_async_on_the_wire() -> None:

@@ -15,6 +15,8 @@ import pytest
 import torch
 import yaml
 from safetensors.torch import load_file
+from test_learning import first_and_last_fifth, run
+from test_resume import kill_after_checkpoint
 
 from conftest import (
     EXAMPLE,
@@ -26,8 +28,6 @@ from conftest import (
     rlhf_run,
     step_metrics,
 )
-from test_learning import first_and_last_fifth, run
-from test_resume import kill_after_checkpoint
 
 ASYNC = {"async": True}
 

@@ -53,7 +53,7 @@ def test_staleness_is_counted_in_optimizer_steps() -> None:
     assert staleness(step=1, policy_version=0) == 0  # sync rollout, first step
     assert staleness(step=5, policy_version=3) == 1  # one step off-policy
     check_staleness(Rollout(5, 0, 3, []), max_staleness=1)
-    with pytest.raises(StalenessError, match="2 steps behind; rollout.maxStaleness is 1"):
+    with pytest.raises(StalenessError, match=r"2 steps behind; rollout\.maxStaleness is 1"):
         check_staleness(Rollout(5, 0, 2, []), max_staleness=1)
     with pytest.raises(ValueError, match="max_staleness"):
         steps_to_start(1, 0, 5, 0)
