@@ -69,5 +69,10 @@ def test_async_on_an_offline_algorithm_is_refused() -> None:
     assert any("rollout.async: applies to online algorithms" in m for m in messages(doc))
 
 
+def test_async_on_an_iterative_algorithm_is_refused() -> None:
+    doc = minimal(algorithm={"name": "rejection-sampling"}, rollout={"async": True})
+    assert any("rollout.async: applies to the policy-gradient" in m for m in messages(doc))
+
+
 def test_async_ppo_with_vllm_is_valid() -> None:
     assert messages(minimal(rollout={"async": True})) == []

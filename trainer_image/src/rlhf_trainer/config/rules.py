@@ -257,6 +257,14 @@ def _async_problems(cfg: JobConfig) -> list[Problem]:
             )
         )
         return out
+    if cfg.algorithm.name.is_iterative:
+        out.append(
+            Problem(
+                "rollout.async",
+                f"applies to the policy-gradient algorithms; {cfg.algorithm.name.value} "
+                "selects each round's data from that round's own samples: set async false",
+            )
+        )
     if r.engine is RolloutEngine.HF:
         out.append(
             Problem(

@@ -38,9 +38,15 @@ class IterativeTrainer(Trainer):
         return self.cfg.algorithm.name is AlgorithmName.ITERATIVE_DPO
 
     def make_experience(
-        self, step: int, samples: list[Sample], state: TrainerState, timer: StageTimer
+        self,
+        step: int,
+        samples: list[Sample],
+        state: TrainerState,
+        timer: StageTimer,
+        behaviour: Tensor | None = None,
     ) -> tuple[Experience, dict[str, float], dict[str, Any]]:
-        """Score the samples, select the round's data set, and (DPO) its reference log-probs."""
+        """Score the samples, select the round's data set, and (DPO) its reference log-probs.
+        (`behaviour`, async rollout's log-probs, never comes: rounds are generated on-policy.)"""
         batch = to_batch(samples, self.pad_id)
         pending = self.cluster.reward_model_scores(batch)
         with timer("reward"):
