@@ -33,7 +33,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _render(args: argparse.Namespace) -> int:
-    from .render import render_file, to_yaml
+    from .render import reasons_comment, render_file, to_yaml
     from .settings import OperatorSettings, SettingsError
 
     try:
@@ -43,16 +43,16 @@ def _render(args: argparse.Namespace) -> int:
         return 2
     if args.image:
         settings = replace(settings, default_trainer_image=args.image)
-    code, objects = 0, []
+    code, documents = 0, []
     for rendered in render_file(args.file, settings, namespace=args.namespace):
         for problem in rendered.problems:
             print(f"{rendered.source} ({rendered.name}): {problem}", file=sys.stderr)
             code = 1
         for note in rendered.notes:
             print(f"{rendered.source} ({rendered.name}): note: {note}", file=sys.stderr)
-        objects += rendered.objects
-    if objects:
-        sys.stdout.write(to_yaml(objects))
+        if rendered.objects:
+            documents.append(reasons_comment(rendered) + to_yaml(rendered.objects))
+    sys.stdout.write("---\n".join(documents))
     return code
 
 

@@ -3,7 +3,7 @@
 The layout is computed once, by the same pure function the trainer uses for its Ray placement
 groups and `rlhf plan` prints, so the GPUs the operator requests are the devices the trainer
 places: per role, in total, and in pods (one Ray worker group per pod shape; the head pod has
-no devices).
+no devices). With `placement.auto` the allocation carries the choice's reasons.
 """
 
 from __future__ import annotations
@@ -45,4 +45,5 @@ def plan(cfg: JobConfig) -> Allocation:
             for pod in layout.pods
         ],
         total_gpus=layout.total_devices,
+        reasons=dict(layout.auto.reasons) if layout.auto is not None else {},
     )

@@ -38,11 +38,8 @@ class Rendered:
     objects: list[dict[str, Any]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-
-
-def render_job(job: RLHFJob, settings: OperatorSettings) -> list[dict[str, Any]]:
-    """Children in apply order. Raises PlacementError / BuildError."""
-    return render_children(job, settings).all
+    # With spec.placement.auto: what status.allocation.reasons will say.
+    reasons: dict[str, str] = field(default_factory=dict)
 
 
 def render_file(
@@ -86,11 +83,16 @@ def render_file(
         )
         inputs, notes = _render_inputs(job, in_file)
         try:
-            objects = render_job(with_inputs(job, inputs), settings)
+            children = render_children(with_inputs(job, inputs), settings)
         except (PlacementError, BuildError) as err:
             out.append(Rendered(loaded.source, loaded.name, problems=[str(err)]))
             continue
-        out.append(Rendered(loaded.source, loaded.name, objects=objects, notes=notes))
+        reasons = dict(children.allocation.reasons)
+        out.append(
+            Rendered(
+                loaded.source, loaded.name, objects=children.all, notes=notes, reasons=reasons
+            )
+        )
     return out
 
 
@@ -146,3 +148,12 @@ _ReviewDumper.add_representer(str, _str_representer)
 
 def to_yaml(objects: list[dict[str, Any]]) -> str:
     return yaml.dump_all(objects, Dumper=_ReviewDumper, sort_keys=False, default_flow_style=False)
+
+
+def reasons_comment(rendered: Rendered) -> str:
+    """`placement.auto`'s choice as YAML comments above the job's objects (empty without)."""
+    if not rendered.reasons:
+        return ""
+    lines = [f"# {rendered.name}: placement.auto chose (status.allocation.reasons):"]
+    lines += [f"#   {key}: {why}" for key, why in rendered.reasons.items()]
+    return "\n".join(lines) + "\n"

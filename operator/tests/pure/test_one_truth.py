@@ -12,12 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from rlhf_operator.api.v1alpha1 import ConditionType
-from rlhf_operator.builders.children import render_children
+from rlhf_operator.builders.children import Children, render_children
+from rlhf_operator.builders.common import CONFIG_KEY, config_map_name
 from rlhf_operator.observed import Observed
 from rlhf_operator.reconcile import decide
 from rlhf_operator.settings import OperatorSettings
@@ -92,6 +94,11 @@ TRAINER_REFUSALS = [
         "unknown-builtin-reward",
         {"models": {"rewardModels": None, "rewardFunction": {"builtin": "gsm8k"}}},
         "models.rewardFunction.builtin",
+    ),
+    (
+        "auto-placement-too-few-gpus",
+        {"placement": {"auto": True, "modelSize": "70B", "totalGpus": 2}},
+        "placement.totalGpus",
     ),
 ]
 
@@ -205,6 +212,14 @@ def specs(draw: st.DrawFn) -> dict[str, Any]:
         "numEngines": actor if colocate_all else draw(counts),
         "samplesPerPrompt": 4,
     }
+    if draw(st.booleans()):  # placement.auto chooses; the counts drawn above are ignored
+        placement |= {
+            "device": "gpu",
+            "auto": True,
+            "modelSize": draw(st.sampled_from(["0.5B", "1.5B", "7B", "13B"])),
+            "totalGpus": draw(st.sampled_from([1, 2, 4, 8, 16, 32])),
+            "gpuMemoryGiB": draw(st.sampled_from([24, 40, 80, 141])),
+        }
     return merge(
         spec_dict(models=models),
         {
@@ -237,6 +252,17 @@ def _gpus_requested(ray_job: dict[str, Any], spec: JobSpec) -> int:
     return total
 
 
+def _pods_job_config(children: Children, name: str) -> JobConfig:
+    """The job config the trainer reads in the pods (placement.auto resolved there)."""
+    [config_map] = [
+        o
+        for o in children.support
+        if o["kind"] == "ConfigMap" and o["metadata"]["name"] == config_map_name(name)
+    ]
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: the pure one is slow
+    return JobConfig.model_validate(yaml.load(config_map["data"][CONFIG_KEY], Loader=loader))
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
 @given(specs())
 def test_operator_gpus_equal_trainer_devices(raw: dict[str, Any]) -> None:
@@ -245,8 +271,9 @@ def test_operator_gpus_equal_trainer_devices(raw: dict[str, Any]) -> None:
     except ValidationError:
         assume(False)
         return
-    children = render_children(make_job(spec=raw), SETTINGS)
-    trainer = plan_placement(spec.job_config())
+    job = make_job(spec=raw)
+    children = render_children(job, SETTINGS)
+    trainer = plan_placement(_pods_job_config(children, job.name))
     allocation = children.allocation
     # In total: what the pods request, what the operator reports, what Ray is asked for.
     requested = _gpus_requested(children.ray_job, spec)

@@ -17,11 +17,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rlhf_trainer.config import (
+    LayoutError,
     LoadedJob,
     cluster_problems,
     describe_layout,
     load_file,
+    local_config_reader,
     plan_layout,
+    resolve_job,
 )
 
 
@@ -30,6 +33,19 @@ def _document_label(job: LoadedJob, index: int, count: int) -> str:
     if count == 1:
         return job.source
     return f"{job.source}[{index}] ({job.name})"
+
+
+def _auto_problems(job: LoadedJob) -> list[str]:
+    """A `placement.auto` job's refusals once the models' config.json on this machine are
+    read (sizes no rule could see without them)."""
+    if job.config is None or not job.config.placement.auto:
+        return []
+    try:
+        resolve_job(job.config, local_config_reader(job.base_dir))
+    except LayoutError as err:
+        prefix = "spec" if job.is_manifest else ""
+        return [p.render(prefix) for p in err.problems]
+    return []
 
 
 def validate_files(paths: Sequence[str], *, cluster: bool = False) -> tuple[int, list[str]]:
@@ -49,6 +65,11 @@ def validate_files(paths: Sequence[str], *, cluster: bool = False) -> tuple[int,
                     bad = True
                     lines.extend(f"{label}: {problem}" for problem in problems)
                     continue
+            auto = _auto_problems(job) if job.ok else []
+            if auto:
+                bad = True
+                lines.extend(f"{label}: {problem}" for problem in auto)
+                continue
             if job.ok:
                 kind = "RLHFJob" if job.is_manifest else "job config"
                 lines.append(f"{label}: ok ({kind} {job.name})")
@@ -76,11 +97,13 @@ def plan_files(paths: Sequence[str], output: str) -> tuple[int, list[str]]:
         jobs = load_file(path)
         for i, job in enumerate(jobs):
             label = _document_label(job, i, len(jobs))
-            if job.config is None or not job.ok:
+            problems = job.problems or _auto_problems(job)
+            if job.config is None or problems:
                 bad = True
-                lines.extend(f"{label}: {problem}" for problem in job.problems)
+                lines.extend(f"{label}: {problem}" for problem in problems)
                 continue
-            layout = plan_layout(job.config)  # a valid config always has a layout
+            # A valid config always has a layout; placement.auto reads local config.json.
+            layout = plan_layout(job.config, local_config_reader(job.base_dir))
             if output == "json":
                 plans.append({"source": label, "name": job.name, **layout.to_dict()})
             else:

@@ -6,6 +6,7 @@ from typing import Any
 
 import yaml
 
+from rlhf_trainer.config import resolve_job
 from rlhf_trainer.config.locations import set_field
 
 from ..api.v1alpha1 import RLHFJob
@@ -17,8 +18,9 @@ def pod_job_config(job: RLHFJob) -> dict[str, Any]:
     """`spec.job_config()` as a manifest, with locations rewritten for the pod (volumes.py
     mounts them): a `pvc://` location becomes the path of its mount, a `configMapRef` file
     (data, reward function) a plain `path` to the mounted file, and checkpoints go to the
-    job's directory on its storage volume."""
-    config = job.spec.job_config().to_manifest()
+    job's directory on its storage volume. With `placement.auto` the pods get the values it
+    chose (auto off): the trainer places exactly the GPUs the operator requested."""
+    config = resolve_job(job.spec.job_config()).to_manifest()
     for field, path in pod_locations(job).items():
         set_field(config, field, path)
     sources = [*config["data"].get("train", []), *config["data"].get("eval", [])]

@@ -33,9 +33,11 @@ from .models import (
     RewardFunctionLimits,
     RewardModel,
 )
+from .modelsize import local_config_reader
 from .outcome import ExitCode, FailureClass
 from .placement import Device, PlacementConfig, Toleration
 from .rollout import AgentConfig, AgentMode, RolloutConfig, RolloutEngine
+from .rules import resolve_job
 from .training import LoRAConfig, LRScheduler, TrainingConfig
 
 __all__ = [
@@ -93,7 +95,9 @@ __all__ = [
     "describe_layout",
     "load_document",
     "load_file",
+    "local_config_reader",
     "plan_layout",
+    "resolve_job",
     "role_devices",
     "validation_messages",
 ]

@@ -16,6 +16,10 @@
    the trainer's bundles inside them. For power-of-two tensor-parallel sizes that divide
    `gpusPerNode` (the usual case) first-fit-decreasing uses the fewest pods.
 
+With `placement.auto` the counts, colocation and engines come first from `autoplace.decide`
+(the model sizes and the GPUs); the layout is then built from the chosen values, and carries
+the choice with its reasons.
+
 The operator requests exactly `Layout.pods` and the trainer asks Ray for exactly
 `Layout.groups`, so the GPUs a job holds are the GPUs it uses.
 """
@@ -26,16 +30,23 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .autoplace import apply_choice, decide
+from .autoplan import AutoChoice, AutoError
 from .base import Problem
+from .modelsize import ConfigReader
 from .placement import Device
-from .rollout import RolloutEngine
+from .roles import (
+    ACTOR,
+    CRITIC,
+    REFERENCE,
+    REWARD,
+    ROLE_ORDER,
+    ROLLOUT,
+    active_roles,
+)
 
 if TYPE_CHECKING:
     from .job import JobConfig
-
-ACTOR, REFERENCE, CRITIC, REWARD, ROLLOUT = "actor", "reference", "critic", "reward", "rollout"
-# Canonical order of roles in group names and listings.
-ROLE_ORDER = (ACTOR, REFERENCE, CRITIC, REWARD, ROLLOUT)
 
 
 @dataclass(frozen=True)
@@ -68,6 +79,7 @@ class Layout:
     rollout_engines: int
     tensor_parallel_size: int
     pods: tuple[PodGroup, ...]
+    auto: AutoChoice | None = None  # what placement.auto chose, and why
 
     @property
     def total_devices(self) -> int:
@@ -109,7 +121,17 @@ class Layout:
                 }
                 for p in self.pods
             ],
+            **({"auto": _auto_dict(self.auto)} if self.auto is not None else {}),
         }
+
+
+def _auto_dict(choice: AutoChoice) -> dict[str, Any]:
+    return {
+        "layout": choice.mode.value,
+        "zeroStage": choice.zero.stage,
+        "adamOffload": choice.zero.offload,
+        "reasons": dict(choice.reasons),
+    }
 
 
 class LayoutError(ValueError):
@@ -120,32 +142,17 @@ class LayoutError(ValueError):
         self.problems = problems
 
 
-def uses_reference(cfg: JobConfig) -> bool:
-    """Offline preference trainers always compare with the reference; online algorithms only
-    when a KL term exists (OpenRLHF does not start one for init_kl_coef = 0 either); iterative
-    DPO unless the reference is the policy of each round's start (`refreshReference`: the
-    actor's own ranks compute it before the round's update)."""
-    algo = cfg.algorithm.name
-    if not algo.needs_reference:
-        return False
-    if algo.is_iterative:
-        return not cfg.algorithm.refresh_reference
-    return not algo.is_online or cfg.algorithm.kl_coef > 0
-
-
 def role_devices(cfg: JobConfig) -> dict[str, int]:
     """Devices each role of this spec needs, before colocation; only roles it runs."""
-    algo, p, r = cfg.algorithm.name, cfg.placement, cfg.rollout
-    roles = {ACTOR: p.actor_gpus}
-    if uses_reference(cfg):
-        roles[REFERENCE] = p.reference_gpus
-    if algo.needs_critic:
-        roles[CRITIC] = p.critic_gpus
-    if algo.is_online and cfg.models.reward_models:
-        roles[REWARD] = p.reward_gpus
-    if algo.is_online and r.engine is RolloutEngine.VLLM:
-        roles[ROLLOUT] = r.num_engines * r.tensor_parallel_size
-    return roles
+    p, r = cfg.placement, cfg.rollout
+    counts = {
+        ACTOR: p.actor_gpus,
+        REFERENCE: p.reference_gpus,
+        CRITIC: p.critic_gpus,
+        REWARD: p.reward_gpus,
+        ROLLOUT: r.num_engines * r.tensor_parallel_size,
+    }
+    return {role: counts[role] for role in active_roles(cfg)}
 
 
 def _ordered(roles: set[str] | list[str] | tuple[str, ...]) -> tuple[str, ...]:
@@ -240,8 +247,17 @@ def _pack(groups: list[DeviceGroup], capacity: int) -> list[tuple[int, set[str]]
     return pods
 
 
-def plan_layout(cfg: JobConfig) -> Layout:
-    """The layout of this job; raises LayoutError naming the fields when none exists."""
+def plan_layout(cfg: JobConfig, read_config: ConfigReader | None = None) -> Layout:
+    """The layout of this job; raises LayoutError naming the fields when none exists.
+    `read_config`: reads a local model's config.json (`placement.auto` sizes; not on the
+    operator)."""
+    choice = None
+    if cfg.placement.auto:
+        try:
+            choice = decide(cfg, read_config)
+        except AutoError as err:
+            raise LayoutError(err.problems) from err
+        cfg = apply_choice(cfg, choice)
     problems = layout_problems(cfg)
     if problems:
         raise LayoutError(problems)
@@ -263,6 +279,7 @@ def plan_layout(cfg: JobConfig) -> Layout:
         rollout_engines=r.num_engines if has_rollout else 0,
         tensor_parallel_size=r.tensor_parallel_size if has_rollout else 1,
         pods=pods,
+        auto=choice,
     )
 
 
@@ -283,4 +300,7 @@ def describe_layout(layout: Layout) -> str:
         lines.append(
             f"pods       {pod.replicas} x {pod.devices} {unit} [{pod.name}]: {', '.join(pod.roles)}"
         )
+    if layout.auto is not None:
+        lines.append(f"auto       {layout.auto.mode.value}, {layout.auto.zero.label}")
+        lines.extend(f"  {key:<9} {why}" for key, why in layout.auto.reasons.items())
     return "\n".join(lines)

@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from .autoplace import decide
+from .autoplan import AutoError
 from .base import Problem
 from .checkpoint import AccessMode
 from .layout import plan_layout
@@ -77,9 +79,30 @@ def storage_problems(cfg: JobConfig) -> list[Problem]:
 
 def cluster_problems(cfg: JobConfig) -> list[Problem]:
     """What cannot work in a cluster's pods although `rlhf run` can run it: a relative path
-    names a file beside the manifest on the author's machine, which no pod has."""
-    return [
+    names a file beside the manifest on the author's machine, which no pod has; a
+    `placement.auto` job whose actor size only a model's config.json tells (the operator
+    reads no model files)."""
+    out = [
         Problem(field, f"{value!r} is a file on your machine, which no pod has: {HOW_TO_SHIP}")
         for field, value in file_locations(cfg)
         if is_relative_local(value)
     ]
+    return out + _auto_size_problems(cfg)
+
+
+def _auto_size_problems(cfg: JobConfig) -> list[Problem]:
+    if not cfg.placement.auto:
+        return []
+    try:
+        decide(cfg)
+    except AutoError as err:
+        if err.size_unknown:
+            return [
+                Problem(
+                    "placement.modelSize",
+                    f"placement.auto needs the actor's size and the operator reads no model "
+                    f"files: models.actor.pretrained {cfg.models.actor.pretrained!r} states no "
+                    "size in its name; set placement.modelSize, e.g. 7B",
+                )
+            ]
+    return []

@@ -8,6 +8,7 @@ from enum import StrEnum
 from pydantic import Field
 
 from .base import ConfigModel
+from .modelsize import SIZE_PATTERN
 from .names import DNS_LABEL, DNS_SUBDOMAIN, EXTENDED_RESOURCE, RAY_RESOURCE, STORAGE_QUANTITY
 
 QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$"
@@ -61,6 +62,32 @@ class PodResources(ConfigModel):
 
 class PlacementConfig(ConfigModel):
     device: Device = Device.GPU
+    # `auto: true` chooses the per-role counts, colocation, training.zeroStage/adamOffload and
+    # rollout.numEngines/tensorParallelSize (config/autoplace.py); the values written for
+    # those fields are then ignored. `rlhf plan` shows the choice and why.
+    auto: bool = Field(
+        False,
+        description="Choose GPUs per role, colocation, ZeRO stage/offload and vLLM engines x "
+        "tensor parallel from the model size, totalGpus, gpusPerNode and gpuMemoryGiB; the "
+        "fields it chooses are ignored (rlhf plan shows the choice and the reasons).",
+    )
+    total_gpus: int | None = Field(
+        None, ge=1, le=4096, description="GPUs placement.auto may use; default: gpusPerNode."
+    )
+    gpu_memory_gib: float = Field(
+        80,
+        gt=0,
+        le=1024,
+        alias="gpuMemoryGiB",
+        description="Memory of one GPU in GiB, for placement.auto.",
+    )
+    model_size: str | None = Field(
+        None,
+        pattern=SIZE_PATTERN,
+        description="Parameters of the models (e.g. 7B, 1.5B, 500M) where placement.auto "
+        "cannot read them from a randomInit or a config.json it can see; else parsed from the "
+        "model's name.",
+    )
     # Devices (data-parallel ranks) per role. Rollout engines take
     # rollout.numEngines x rollout.tensorParallelSize more unless colocateAll.
     actor_gpus: int = Field(1, ge=1, le=4096)

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlhf_trainer.config import JobConfig, plan_layout
-from rlhf_trainer.config.layout import ACTOR, CRITIC, REFERENCE, REWARD, ROLLOUT
+from rlhf_trainer.config import JobConfig, plan_layout, resolve_job
+from rlhf_trainer.config.roles import ACTOR, CRITIC, REFERENCE, REWARD, ROLLOUT
 
 __all__ = [
     "ACTOR",
@@ -98,7 +98,10 @@ def _shared(name: str, devices: int, roles: list[tuple[str, int]]) -> GroupPlan:
 
 
 def plan_placement(cfg: JobConfig) -> PlacementPlan:
-    """The placement groups for this job's roles (those the layout places)."""
+    """The placement groups for this job's roles (those the layout places). A
+    `placement.auto` job is placed as `resolve_job` resolves it (the runner has resolved it
+    already, with the local models' config.json; this is the same choice without them)."""
+    cfg = resolve_job(cfg)
     layout = plan_layout(cfg)
     ranks = {ACTOR: cfg.placement.actor_gpus, REFERENCE: cfg.placement.reference_gpus}
     ranks |= {CRITIC: cfg.placement.critic_gpus, ROLLOUT: layout.rollout_engines}

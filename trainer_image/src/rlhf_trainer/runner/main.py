@@ -19,7 +19,14 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from rlhf_trainer.config import JobConfig
+from rlhf_trainer.config import (
+    JobConfig,
+    LayoutError,
+    describe_layout,
+    local_config_reader,
+    plan_layout,
+    resolve_job,
+)
 from rlhf_trainer.config.outcome import ExitCode, FailureClass
 
 from .job import JobError, RunContext, RunFailed, RunResult, run_dirs, select_job
@@ -110,8 +117,9 @@ def run_config(
     stop request; print how it ended, report it on the RLHFJob, return the exit code."""
     started = time.time()
     try:
+        placed = place(config, base_dir)
         try:
-            cfg = config.with_overrides(resume=resume, max_steps=max_steps)
+            cfg = placed.with_overrides(resume=resume, max_steps=max_steps)
         except ValueError as err:  # pydantic's ValidationError: an override the rules refuse
             raise JobError(f"--resume/--max-steps: {err}") from err
         with StopOnSignal() as stop:
@@ -128,6 +136,21 @@ def run_config(
     report_outcome(ExitCode.SUCCEEDED, None, message)
     print(f"{PREFIX}: {message}", file=sys.stderr)
     return int(ExitCode.SUCCEEDED)
+
+
+def place(config: JobConfig, base_dir: Path) -> JobConfig:
+    """The job with `placement.auto` resolved (local models' config.json read: the exact
+    sizes), its choice printed; on a cluster the operator resolved it already."""
+    if not config.placement.auto:
+        return config
+    reader = local_config_reader(base_dir)
+    try:
+        placed = resolve_job(config, reader)
+    except LayoutError as err:
+        raise JobError(str(err)) from err
+    layout = describe_layout(plan_layout(config, reader))
+    print(f"{PREFIX}: placement.auto chose\n{layout}", file=sys.stderr)
+    return placed
 
 
 def finish(err: BaseException) -> int:

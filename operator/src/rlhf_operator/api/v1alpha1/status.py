@@ -138,6 +138,11 @@ class Allocation(ConfigModel):
     tensor_parallel_size: int = Field(1, ge=1)
     worker_groups: list[WorkerGroupAllocation] = Field(default_factory=list)
     total_gpus: int = Field(0, ge=0)
+    reasons: dict[str, str] = Field(
+        default_factory=dict,
+        description="With spec.placement.auto: why each role got its GPUs (model sizes, "
+        "layout, ZeRO strategy, memory per GPU), one line per key.",
+    )
 
 
 class TrainerCheckpoint(ConfigModel):
