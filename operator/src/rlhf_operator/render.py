@@ -89,9 +89,7 @@ def render_file(
             continue
         reasons = dict(children.allocation.reasons)
         out.append(
-            Rendered(
-                loaded.source, loaded.name, objects=children.all, notes=notes, reasons=reasons
-            )
+            Rendered(loaded.source, loaded.name, objects=children.all, notes=notes, reasons=reasons)
         )
     return out
 

@@ -36,8 +36,8 @@ from .models import (
 from .modelsize import local_config_reader
 from .outcome import ExitCode, FailureClass
 from .placement import Device, PlacementConfig, Toleration
+from .resolve import resolve_job
 from .rollout import AgentConfig, AgentMode, RolloutConfig, RolloutEngine
-from .rules import resolve_job
 from .training import LoRAConfig, LRScheduler, TrainingConfig
 
 __all__ = [

@@ -10,14 +10,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .algorithm import AlgorithmName
-from .autoplace import AUTO_FIELDS, apply_choice, decide
-from .autoplan import AutoError
+from .autorules import auto_problems
 from .base import Problem
 from .builtins import BUILTIN_REWARD_NAMES, BUILTIN_TASK_NAMES, builtin_problem
 from .checkpoint import ResumePolicy
-from .layout import LayoutError, layout_problems
+from .layout import layout_problems
 from .location_rules import location_problems, storage_problems
-from .modelsize import ConfigReader
 from .placement import Device
 from .rollout import RolloutEngine
 
@@ -27,46 +25,8 @@ if TYPE_CHECKING:
 
 def job_problems(cfg: JobConfig) -> list[Problem]:
     if cfg.placement.auto:
-        return _auto_problems(cfg)
+        return auto_problems(cfg, _placed_problems)
     return _placed_problems(cfg)
-
-
-def _auto_problems(cfg: JobConfig) -> list[Problem]:
-    """`placement.auto`: the rules hold for the values it chooses. Where the actor's size is
-    known only from a config.json the caller may read (`resolve_job`), the rules on the values
-    it would choose wait for it; the operator refuses such a spec (`cluster_problems`)."""
-    try:
-        choice = decide(cfg)
-    except AutoError as err:
-        waiting = [p for p in _placed_problems(cfg) if not _about_auto(p)]
-        return waiting if err.size_unknown else [*err.problems, *waiting]
-    return [_chosen(p) for p in _placed_problems(apply_choice(cfg, choice))]
-
-
-def _about_auto(problem: Problem) -> bool:
-    return any(f in problem.path or f in problem.message for f in AUTO_FIELDS)
-
-
-def _chosen(problem: Problem) -> Problem:
-    if not _about_auto(problem):
-        return problem
-    return Problem(problem.path, f"{problem.message} (chosen by placement.auto: see rlhf plan)")
-
-
-def resolve_job(cfg: JobConfig, read_config: ConfigReader | None = None) -> JobConfig:
-    """The job as it runs: with `placement.auto`, the chosen values written and auto off
-    (what the operator puts in the pods' job.yaml, and what `rlhf run` trains), checked by
-    every rule. `read_config` reads local models' config.json; raises LayoutError."""
-    if not cfg.placement.auto:
-        return cfg
-    try:
-        resolved = apply_choice(cfg, decide(cfg, read_config))
-    except AutoError as err:
-        raise LayoutError(err.problems) from err
-    problems = [_chosen(p) for p in _placed_problems(resolved)]
-    if problems:
-        raise LayoutError(problems)
-    return resolved
 
 
 def _placed_problems(cfg: JobConfig) -> list[Problem]:
