@@ -64,6 +64,11 @@ def auto(size: str, gpus: int, **more: Any) -> dict[str, Any]:
     return {"auto": True, "modelSize": size, "totalGpus": gpus, **more}
 
 
+# Host memory per GPU for Adam offload: 16 bytes per parameter on the host (CPU Adam's fp32
+# weights, moments and gradients), e.g. 260.8 GiB per GPU for a 70B actor on 4 GPUs.
+BIG_HOSTS = {"resources": {"workerMemoryPerGpu": "320Gi"}}
+
+
 def unchecked(doc: dict[str, Any]) -> JobConfig:
     """A job config whose sections are valid but whose cross-field rules are not run: the
     decision for 34B/70B is tested although the trainer refuses tensor-parallel engines."""
@@ -100,7 +105,7 @@ DECISIONS = [
     ),
     (
         "paper-70B-32gpu-4/4/4/4-vllm4x4",
-        {"placement": auto("70B", 32)},
+        {"placement": auto("70B", 32, **BIG_HOSTS)},
         {"actor": 4, "reference": 4, "critic": 4, "reward": 4, "rollout": 16},
         4,
         Zero(3, True),
@@ -155,7 +160,7 @@ DECISIONS = [
     ),
     (
         "grpo-7B-1gpu-hybrid-adam-offload",
-        merge(GRPO, {"placement": auto("7B", 1)}),
+        merge(GRPO, {"placement": auto("7B", 1, **BIG_HOSTS)}),
         {"actor": 1, "reference": 1, "rollout": 1},
         1,
         Zero(2, True),
@@ -182,7 +187,7 @@ DECISIONS = [
         {
             "algorithm": {"name": "sft"},
             "models": {"rewardModels": []},
-            "placement": auto("7B", 1),
+            "placement": auto("7B", 1, **BIG_HOSTS),
         },
         {"actor": 1},
         1,
@@ -191,7 +196,7 @@ DECISIONS = [
     ),
     (
         "70B-16gpu-hf-engine-no-vllm",
-        {"rollout": {"engine": "hf"}, "placement": auto("70B", 16)},
+        {"rollout": {"engine": "hf"}, "placement": auto("70B", 16, **BIG_HOSTS)},
         {"actor": 8, "reference": 2, "critic": 4, "reward": 2},
         1,
         Zero(3, True),
@@ -227,8 +232,8 @@ def test_the_paper_rows_say_so_and_the_rest_show_their_arithmetic() -> None:
     assert paper["actor"] == (
         "4 GPUs: 35.9 of 68.0 usable GiB per GPU (ZeRO-2: bf16 weights, gradients, Adam states)"
     )
-    big = decide(unchecked(merge(BASE, {"placement": auto("70B", 32)}))).reasons
-    assert "Adam states on the host: 195.6 GiB per GPU" in big["actor"]
+    big = decide(unchecked(merge(BASE, {"placement": auto("70B", 32, **BIG_HOSTS)}))).reasons
+    assert "CPU Adam's states on the host: 260.8 of 288.0 GiB per GPU" in big["actor"]
     assert big["rollout"].startswith("4 engines x tensor parallel 4: 32.6 GiB of weights")
     hybrid = decide(unchecked(merge(BASE, {"placement": auto("1.5B", 1)}))).reasons
     assert "hybrid engine" in hybrid["layout"]
@@ -262,6 +267,14 @@ REFUSALS = [
         "rollout.gpuMemoryUtilization 0.9 x 24 GiB; raise gpusPerNode or gpuMemoryGiB",
     ),
     (
+        "host-memory-for-adam-offload",
+        {"placement": auto("70B", 32)},
+        "placement.resources.workerMemoryPerGpu: ppo with 70.0B models fits 32 x 80 GiB GPUs "
+        "only with ZeRO-3 + Adam offload, whose states take 130.4 GiB of host memory per GPU "
+        "(critic on 8): more than 90% of workerMemoryPerGpu (64 GiB); set it to >= 145Gi or "
+        "give more GPUs",
+    ),
+    (
         "cpu-device",
         {"placement": {**auto("7B", 8), "device": "cpu"}},
         "placement.auto: chooses layouts from GPU memory",
@@ -285,7 +298,7 @@ def test_values_it_chose_are_named_in_a_rule_refusal() -> None:
     """The trainer runs no tensor-parallel engine yet: a 70B choice is refused, saying that
     placement.auto chose the value."""
     with pytest.raises(ValidationError) as err:
-        JobConfig.model_validate(merge(BASE, {"placement": auto("70B", 32)}))
+        JobConfig.model_validate(merge(BASE, {"placement": auto("70B", 32, **BIG_HOSTS)}))
     text = str(err.value)
     assert "rollout.tensorParallelSize: tensor-parallel vLLM engines" in text
     assert "(chosen by placement.auto: see rlhf plan)" in text

@@ -19,7 +19,8 @@ trainer and `rlhf plan` all use, through `layout.plan_layout`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from .autoplan import (
@@ -31,6 +32,7 @@ from .autoplan import (
     Sizes,
     engine_need,
     fewest,
+    group_host,
     group_need,
     groups_of,
     job_sizes,
@@ -38,7 +40,14 @@ from .autoplan import (
 )
 from .autoreasons import reasons
 from .base import Problem
-from .memory import LEANEST, ZERO_CHOICES, Zero, engine_weights_gib
+from .memory import (
+    HOST_FRACTION,
+    LEANEST,
+    ZERO_CHOICES,
+    Zero,
+    engine_weights_gib,
+    quantity_gib,
+)
 from .modelsize import ConfigReader
 from .placement import Device
 from .roles import ACTOR, CRITIC, REFERENCE, REWARD, ROLE_ORDER, ROLLOUT, active_roles
@@ -135,7 +144,8 @@ def _paper_row(roles: Group, sizes: Sizes, c: Cluster) -> tuple[AutoChoice, Pape
             continue
         for zero in ZERO_CHOICES:
             needs = [need(r, sizes, row.devices[r], zero) for r in roles if r != ROLLOUT]
-            if max(needs) <= c.usable:
+            hosts = [group_host((r,), sizes, row.devices[r], zero) for r in roles]
+            if max(needs) <= c.usable and max(hosts) <= c.host_usable:
                 devices = dict(row.devices)
                 return AutoChoice(Mode.SEPARATE, zero, devices, row.tensor_parallel, None), row
     return None
@@ -144,7 +154,10 @@ def _paper_row(roles: Group, sizes: Sizes, c: Cluster) -> tuple[AutoChoice, Pape
 def cluster_of(cfg: JobConfig) -> Cluster:
     p = cfg.placement
     gpus = p.total_gpus if p.total_gpus is not None else p.gpus_per_node
-    return Cluster(gpus, p.gpus_per_node, p.gpu_memory_gib, cfg.rollout.gpu_memory_utilization)
+    host = quantity_gib(p.resources.worker_memory_per_gpu)
+    return Cluster(
+        gpus, p.gpus_per_node, p.gpu_memory_gib, cfg.rollout.gpu_memory_utilization, host
+    )
 
 
 def decide(cfg: JobConfig, read_config: ConfigReader | None = None) -> AutoChoice:
@@ -186,6 +199,11 @@ def refusal(cfg: JobConfig, roles: Group, sizes: Sizes, c: Cluster) -> list[Prob
             "gpusPerNode or gpuMemoryGiB"
         )
         return [Problem("placement.gpusPerNode", why)]
+    unbounded = replace(c, host_per_gpu_gib=math.inf)
+    fits = _search(roles, sizes, unbounded)
+    if fits is not None:  # only the host memory for the offloaded Adam states is missing
+        return [_host_problem(cfg, fits, roles, sizes, c)]
+    c = unbounded
     for role in roles:
         alone = fewest((role,), sizes, LEANEST, c, MAX_GPUS)
         if alone is not None and alone[0] <= c.gpus:
@@ -216,6 +234,23 @@ def refusal(cfg: JobConfig, roles: Group, sizes: Sizes, c: Cluster) -> list[Prob
     least = f">= {best[0]} x {c.gpu_gib:g} GiB GPUs ({best[1]}, {LEANEST.label})" if best else ""
     why = f"{cfg.algorithm.name.value} with {label} models needs {least}; {given}"
     return [Problem("placement.totalGpus", why)]
+
+
+def _host_problem(
+    cfg: JobConfig, fits: AutoChoice, roles: Group, sizes: Sizes, c: Cluster
+) -> Problem:
+    """The GPUs suffice only with Adam offload, and its states do not fit the pods' memory."""
+    groups = groups_of(fits.mode, roles) or [(r,) for r in roles]
+    host, group = max((group_host(g, sizes, fits.devices[g[0]], fits.zero), g) for g in groups)
+    why = (
+        f"{cfg.algorithm.name.value} with {sizes.by_role[ACTOR][0].label} models fits "
+        f"{c.gpus} x {c.gpu_gib:g} GiB GPUs only with {fits.zero.label}, whose states take "
+        f"{host:.1f} GiB of host memory per GPU ({'+'.join(group)} on "
+        f"{fits.devices[group[0]]}): more than {HOST_FRACTION:.0%} of workerMemoryPerGpu "
+        f"({c.host_per_gpu_gib:g} GiB); set it to >= {math.ceil(host / HOST_FRACTION)}Gi or "
+        "give more GPUs"
+    )
+    return Problem("placement.resources.workerMemoryPerGpu", why)
 
 
 def apply_choice(cfg: JobConfig, choice: AutoChoice) -> JobConfig:

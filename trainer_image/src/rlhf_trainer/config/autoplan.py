@@ -9,7 +9,16 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from .base import Problem
-from .memory import KV_FACTOR, Zero, engine_weights_gib, frozen_gib, trained_gib, usable_gib
+from .memory import (
+    HOST_FRACTION,
+    KV_FACTOR,
+    Zero,
+    engine_weights_gib,
+    frozen_gib,
+    host_gib,
+    trained_gib,
+    usable_gib,
+)
 from .models import ModelSource
 from .modelsize import ConfigReader, ModelSize, source_size
 from .roles import ACTOR, CRITIC, REFERENCE, REWARD, ROLLOUT
@@ -50,10 +59,15 @@ class Cluster:
     per_node: int
     gpu_gib: float
     vllm_utilization: float
+    host_per_gpu_gib: float  # placement.resources.workerMemoryPerGpu
 
     @property
     def usable(self) -> float:
         return usable_gib(self.gpu_gib)
+
+    @property
+    def host_usable(self) -> float:
+        return HOST_FRACTION * self.host_per_gpu_gib
 
 
 @dataclass(frozen=True)
@@ -113,19 +127,27 @@ def powers(limit: int) -> list[int]:
     return [2**i for i in range(13) if 2**i <= limit]
 
 
+def group_host(group: Group, sizes: Sizes, n: int, zero: Zero) -> float:
+    """GiB of host memory per GPU of a group: its trained roles' offloaded Adam states."""
+    return sum(host_gib(sizes.params(r), n, zero) for r in group if r in (ACTOR, CRITIC))
+
+
 def group_need(group: Group, sizes: Sizes, n: int, zero: Zero, tp: int) -> float:
     models = sum(need(r, sizes, n, zero) for r in group if r != ROLLOUT)
     return models + (engine_need(sizes, tp) if ROLLOUT in group else 0.0)
 
 
 def fewest(group: Group, sizes: Sizes, zero: Zero, c: Cluster, cap: int) -> tuple[int, int] | None:
-    """(GPUs, tensor parallel) of the smallest fitting count of a group, up to `cap`."""
+    """(GPUs, tensor parallel) of the smallest fitting count of a group, up to `cap` (the
+    offloaded states must fit the pods' host memory too)."""
     if group == (ROLLOUT,):  # an engine alone has vLLM's share of each GPU
         for tp in powers(c.per_node):
             if engine_need(sizes, tp) <= c.vllm_utilization * c.gpu_gib:
                 return (tp, tp) if tp <= cap else None
         return None
     for n in powers(cap):
+        if group_host(group, sizes, n, zero) > c.host_usable:
+            continue
         tps = powers(min(n, c.per_node)) if ROLLOUT in group else [1]
         for tp in tps:
             if group_need(group, sizes, n, zero, tp) <= c.usable:

@@ -49,7 +49,7 @@ def _role_line(
     line += f": {per_gpu:.1f} of {c.usable:.1f} usable GiB per GPU ({_what(role, choice)})"
     host = host_gib(sizes.params(role), n, choice.zero) if role in (ACTOR, CRITIC) else 0.0
     if host:
-        line += f"; Adam states on the host: {host:.1f} GiB per GPU"
+        line += f"; CPU Adam's states on the host: {host:.1f} of {c.host_usable:.1f} GiB per GPU"
     return line
 
 

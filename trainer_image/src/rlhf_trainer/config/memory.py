@@ -6,7 +6,10 @@ shards across the role's N ranks:
 
     stage 2: weights stay whole, gradients and Adam states are sharded:  2 + 14 / N
     stage 3: everything is sharded:                                       16 / N
-    Adam offload moves the 12 bytes of optimizer state to host memory.
+    Adam offload moves the optimizer state to host memory, where DeepSpeed's CPU Adam keeps
+    fp32 master weights, both moments and fp32 gradients: 16 bytes per parameter, sharded.
+    The pods' memory is `placement.resources.workerMemoryPerGpu` per GPU; the offloaded
+    states may take at most 90% of it (the rest: the process, Ray, data loading).
 
 Frozen models (reference, reward) hold bf16 weights only, sharded by ZeRO-3 (the trainer gives
 them stage 3 exactly when training uses it), whole otherwise. A vLLM engine holds its weights
@@ -25,6 +28,10 @@ GIB = 1024**3
 WEIGHT_BYTES = 2  # bf16
 GRAD_BYTES = 2
 ADAM_BYTES = 12  # fp32 master weights, first and second moments
+HOST_OFFLOAD_BYTES = 16  # the same on the host, plus fp32 gradients for CPU Adam
+HOST_FRACTION = 0.9
+_UNITS: dict[str, float] = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
+_UNITS |= {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "m": 10**-3, "": 1}
 RESERVE_FRACTION = 0.10
 RESERVE_GIB = 4.0
 # An engine keeps at least as much KV cache as it holds weights, or it batches too little.
@@ -64,7 +71,13 @@ def trained_gib(params: int, ranks: int, zero: Zero) -> float:
 
 def host_gib(params: int, ranks: int, zero: Zero) -> float:
     """Per GPU, in host memory: the offloaded Adam states (0 without offload)."""
-    return ADAM_BYTES * params / ranks / GIB if zero.offload else 0.0
+    return HOST_OFFLOAD_BYTES * params / ranks / GIB if zero.offload else 0.0
+
+
+def quantity_gib(quantity: str) -> float:
+    """A Kubernetes quantity (validated by the spec's pattern) in GiB: `64Gi` -> 64.0."""
+    digits = quantity.rstrip("KiMGTPkm")
+    return float(digits) * _UNITS[quantity[len(digits) :]] / GIB
 
 
 def frozen_gib(params: int, ranks: int, zero: Zero) -> float:
