@@ -167,7 +167,9 @@ def build_parser() -> argparse.ArgumentParser:
     val.set_defaults(func=_cmd_validate)
 
     plan = sub.add_parser(
-        "plan", help="Print where each role runs (devices, engines, pods); exit 1 if it cannot."
+        "plan",
+        help="Print where each role runs (devices, engines, pods; with placement.auto what it "
+        "chose and why); exit 1 if it cannot.",
     )
     plan.add_argument("files", nargs="+", help="RLHFJob manifests or job configs.")
     plan.add_argument("--output", "-o", choices=["text", "json"], default="text")
