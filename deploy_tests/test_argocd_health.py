@@ -36,7 +36,11 @@ def test_health_of_each_case(case: dict[str, Any]) -> None:
     assert run_health_check(_load(case)) == case["healthStatus"]
 
 
-@pytest.mark.parametrize("case", CASES, ids=[Path(c["inputPath"]).stem for c in CASES])
+JOB_CASES = [c for c in CASES if not Path(c["inputPath"]).stem.startswith("pipeline-")]
+PIPELINE_CASES = [c for c in CASES if c not in JOB_CASES]
+
+
+@pytest.mark.parametrize("case", JOB_CASES, ids=[Path(c["inputPath"]).stem for c in JOB_CASES])
 def test_each_case_is_an_rlhfjob_the_operator_could_have_written(
     case: dict[str, Any], rlhfjob_validator: CRDValidator
 ) -> None:
@@ -46,6 +50,28 @@ def test_each_case_is_an_rlhfjob_the_operator_could_have_written(
     assert job.kind == "RLHFJob"
     assert rlhfjob_validator.validate(obj) == []
     assert case["healthStatus"]["status"] in ARGO_HEALTH
+
+
+@pytest.mark.parametrize(
+    "case", PIPELINE_CASES, ids=[Path(c["inputPath"]).stem for c in PIPELINE_CASES]
+)
+def test_each_pipeline_case_is_one_the_operator_could_have_written(case: dict[str, Any]) -> None:
+    pipeline = pytest.importorskip("rlhf_operator.api.v1alpha1.pipeline")
+    from support.crd_schema import validator_for_crd
+
+    obj = _load(case)
+    crd = yaml.safe_load((REPO / "crds" / "rlhf.dev_rlhfpipelines.yaml").read_text())
+    assert validator_for_crd(crd, "v1alpha1", strict=True).validate(obj) == []
+    status = pipeline.RLHFPipelineStatus.model_validate(obj.get("status") or {})
+    assert status.phase.value == (obj.get("status") or {}).get("phase", "Pending")
+    assert obj["kind"] == "RLHFPipeline"
+
+
+def test_pipeline_cases_cover_every_phase() -> None:
+    phases = {_load(case).get("status", {}).get("phase") for case in PIPELINE_CASES}
+    status = pytest.importorskip("rlhf_operator.api.v1alpha1.status")
+    pipeline_phases = set(status.Phase) - {status.Phase.PROVISIONING}  # a job's only
+    assert {phase.value for phase in pipeline_phases} <= phases
 
 
 def test_cases_cover_every_phase_and_every_health() -> None:
@@ -114,3 +140,4 @@ def test_component_merges_the_script_into_argocd_cm(tmp_path: Path, tools: Path)
     assert config_map["metadata"] == {"name": "argocd-cm", "namespace": "argocd"}
     assert config_map["data"]["url"] == "https://argocd.example.com"
     assert config_map["data"]["resource.customizations.health.rlhf.dev_RLHFJob"] == SCRIPT
+    assert config_map["data"]["resource.customizations.health.rlhf.dev_RLHFPipeline"] == SCRIPT

@@ -118,7 +118,7 @@ def test_crds_render_valid_and_peering_crds_come_only_with_peering(
         kube_validate(crd)
     names = {crd["metadata"]["name"] for crd in crds}
     peering = {"clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev"}
-    assert "rlhfjobs.rlhf.dev" in names
+    assert {"rlhfjobs.rlhf.dev", "rlhfpipelines.rlhf.dev"} <= names
     assert (peering <= names) == SCENARIOS[scenario].get("peering", {}).get("enabled", False)
 
 

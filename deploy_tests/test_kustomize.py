@@ -50,8 +50,12 @@ def test_every_object_is_valid_kubernetes(
 def test_installs_the_generated_crd_unchanged(
     kustomized: dict[str, list[Manifest]], overlay: str
 ) -> None:
-    generated = yaml.safe_load((REPO / "crds" / "rlhf.dev_rlhfjobs.yaml").read_text())
-    assert one(kustomized[overlay], "CustomResourceDefinition") == generated
+    crds = [o for o in kustomized[overlay] if o["kind"] == "CustomResourceDefinition"]
+    by_name = {crd["metadata"]["name"]: crd for crd in crds}
+    assert len(by_name) == len(crds) == 2
+    for plural in ("rlhfjobs", "rlhfpipelines"):
+        generated = yaml.safe_load((REPO / "crds" / f"rlhf.dev_{plural}.yaml").read_text())
+        assert by_name[f"{plural}.rlhf.dev"] == generated
 
 
 def test_operator_pod_matches_the_helm_chart_defaults(
@@ -147,10 +151,11 @@ def test_example_kustomizations_are_jobs_a_cluster_runs(
 
     objects = kubectl_kustomize(directory)
     config_maps = {m["metadata"]["name"]: m for m in by_kind(objects, "ConfigMap")}
-    jobs = by_kind(objects, "RLHFJob")
+    jobs = by_kind(objects, "RLHFJob") + by_kind(objects, "RLHFPipeline")
     assert jobs
     for job in jobs:
-        refs = _config_map_refs(job["spec"])
+        specs = [s["spec"] for s in job["spec"].get("stages", [])] or [job["spec"]]
+        refs = [ref for spec in specs for ref in _config_map_refs(spec)]
         assert refs, job["metadata"]["name"]
         for ref in refs:
             assert ref["key"] in config_maps[ref["name"]]["data"], ref
@@ -162,5 +167,7 @@ def test_example_kustomizations_are_jobs_a_cluster_runs(
     settings = OperatorSettings(default_trainer_image="rlhf-trainer:test", instance="test")
     for rendered in render_file(rendered_path, settings):
         assert not rendered.problems, rendered.problems
-        [ray_job] = [o for o in rendered.objects if o["kind"] == "RayJob"]
-        assert rayjob_errors(ray_job) == []
+        ray_jobs = [o for o in rendered.objects if o["kind"] == "RayJob"]
+        assert ray_jobs  # one per job, and per stage of a pipeline
+        for ray_job in ray_jobs:
+            assert rayjob_errors(ray_job) == []

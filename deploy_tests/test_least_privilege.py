@@ -25,6 +25,9 @@ NOT_REQUESTS: dict[Permission, str] = {
         "children's ownerReferences set blockOwnerDeletion, which the "
         "OwnerReferencesPermissionEnforcement admission plugin allows only with it"
     ),
+    ("rlhf.dev", "rlhfpipelines/finalizers", "update"): (
+        "stage jobs' ownerReferences set blockOwnerDeletion (as for RLHFJobs' children)"
+    ),
     ("", "configmaps", "patch"): (
         "the trainer's Role grants it on the job's report, and RBAC lets a subject grant only "
         "what it holds itself"
@@ -98,6 +101,25 @@ async def _whole_life(c: Cluster) -> None:
         await asyncio.sleep(0.5)
     # Children go with the job, by garbage collection: the operator deletes none of them.
     assert k8s.find("roles.rbac.authorization.k8s.io", "lp-trainer", "default") is None
+    await _pipeline_life(c)
+
+
+async def _pipeline_life(c: Cluster) -> None:
+    """An RLHFPipeline: its first stage job created, suspended with the pipeline, resumed."""
+    k8s = c.k8s
+    body = {
+        "apiVersion": "rlhf.dev/v1alpha1",
+        "kind": "RLHFPipeline",
+        "metadata": {"name": "lpp", "namespace": "default"},
+        "spec": {"stages": [{"name": "ppo", "spec": ppo_manifest("x")["spec"]}]},
+    }
+    async with operator_running():
+        k8s.create("rlhfpipelines.rlhf.dev", body, "default")
+        await c.until(lambda: c.ray_jobs("lpp-ppo"), "stage job's RayJob")
+        k8s.patch("rlhfpipelines.rlhf.dev", "lpp", {"spec": {"suspend": True}}, "default")
+        await c.until(
+            lambda: (c.job("lpp-ppo") or {})["spec"]["runPolicy"]["suspend"], "stage suspended"
+        )
 
 
 @pytest.fixture
@@ -133,5 +155,7 @@ async def test_the_chart_grants_exactly_what_the_operator_uses(
         ("ray.io", "rayjobs", "delete"),
         ("rlhf.dev", "rlhfjobs", "delete"),
         ("", "pods", "list"),
+        ("rlhf.dev", "rlhfjobs", "create"),
+        ("rlhf.dev", "rlhfpipelines/status", "patch"),
     ):
         assert permission in used, permission

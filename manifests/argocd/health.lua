@@ -1,4 +1,6 @@
--- Argo CD health check for rlhf.dev/RLHFJob (resource customization "rlhf.dev/RLHFJob").
+-- Argo CD health check for rlhf.dev/RLHFJob and rlhf.dev/RLHFPipeline (resource
+-- customizations "rlhf.dev/RLHFJob" and "rlhf.dev/RLHFPipeline": the same script, which looks
+-- at obj.kind).
 --
 -- Maps the operator's status (phase + conditions, see operator/src/rlhf_operator/api/v1alpha1/
 -- status.py) to Argo CD health, following Argo CD's own rule for batch/v1 Jobs: a job that is
@@ -9,6 +11,14 @@
 --                                                 step/total and reward)
 --   Succeeded                                 -> Healthy
 --   Failed, or condition Valid=False          -> Degraded (the spec or the run is broken)
+--   Suspended                                 -> Suspended
+--   any other phase                           -> Unknown
+--
+-- An RLHFPipeline (status.phase, status.progress = stages succeeded/total, status.message):
+--   no status yet / stale observedGeneration  -> Progressing
+--   Pending, Running                          -> Progressing (stages done, what runs)
+--   Succeeded                                 -> Healthy
+--   Failed (a stage failed), or Valid=False   -> Degraded
 --   Suspended                                 -> Suspended
 --   any other phase                           -> Unknown
 --
@@ -94,6 +104,22 @@ local function health(status_value, message)
   return { status = status_value, message = message }
 end
 
+-- Progressing while the operator has not observed the latest spec, Degraded for a spec it
+-- refused (Valid=False); nil otherwise.
+local function stale_or_invalid(obj, status)
+  local generation = obj.metadata and obj.metadata.generation
+  if generation ~= nil and status.observedGeneration ~= nil
+      and status.observedGeneration < generation then
+    return health("Progressing", "Waiting for rlhf-operator to observe generation "
+      .. tostring(generation) .. " (status is for " .. tostring(status.observedGeneration) .. ")")
+  end
+  local valid = find_condition(status, "Valid")
+  if condition_is(valid, "False") then
+    return health("Degraded", join("Invalid spec", condition_text(valid)))
+  end
+  return nil
+end
+
 local function assess(obj)
   local status = obj.status
   if status == nil or status.phase == nil or status.phase == "" then
@@ -116,16 +142,9 @@ local function assess(obj)
 
   -- A spec change the operator has not processed yet: the rest of the status describes the old
   -- spec. (Finished jobs are judged by their result above, whatever was edited afterwards.)
-  local generation = obj.metadata and obj.metadata.generation
-  if generation ~= nil and status.observedGeneration ~= nil
-      and status.observedGeneration < generation then
-    return health("Progressing", "Waiting for rlhf-operator to observe generation "
-      .. tostring(generation) .. " (status is for " .. tostring(status.observedGeneration) .. ")")
-  end
-
-  local valid = find_condition(status, "Valid")
-  if condition_is(valid, "False") then
-    return health("Degraded", join("Invalid spec", condition_text(valid)))
+  local unsettled = stale_or_invalid(obj, status)
+  if unsettled ~= nil then
+    return unsettled
   end
 
   if phase == "Suspended" then
@@ -155,4 +174,41 @@ local function assess(obj)
   return health("Unknown", "Unknown phase " .. tostring(phase))
 end
 
+-- "stages 1/3: running stage rm", from status.progress and status.message.
+local function stages_text(status)
+  local progress = ""
+  if status.progress ~= nil and status.progress ~= "" then
+    progress = "stages " .. status.progress
+  end
+  return join(progress, status.message)
+end
+
+local function assess_pipeline(obj)
+  local status = obj.status
+  if status == nil or status.phase == nil or status.phase == "" then
+    return health("Progressing", "Waiting for rlhf-operator to reconcile the pipeline")
+  end
+  local phase = status.phase
+  if phase == "Succeeded" then
+    return health("Healthy", join("Succeeded", stages_text(status)))
+  end
+  local unsettled = stale_or_invalid(obj, status)
+  if unsettled ~= nil then
+    return unsettled
+  end
+  if phase == "Failed" then
+    return health("Degraded", join("Failed", stages_text(status)))
+  end
+  if phase == "Suspended" then
+    return health("Suspended", join("Suspended", stages_text(status)))
+  end
+  if phase == "Pending" or phase == "Running" then
+    return health("Progressing", join(phase, stages_text(status)))
+  end
+  return health("Unknown", "Unknown phase " .. tostring(phase))
+end
+
+if obj.kind == "RLHFPipeline" then
+  return assess_pipeline(obj)
+end
 return assess(obj)

@@ -9,7 +9,14 @@ import pytest
 import yaml
 
 from rlhf_operator.crd_validations import RULES
-from rlhf_operator.crdgen import CRD_FILE, build_crd, render_crd_yaml
+from rlhf_operator.crdgen import (
+    CRD_FILE,
+    PIPELINE_CRD_FILE,
+    build_crd,
+    build_pipeline_crd,
+    render_crd_yaml,
+    render_pipeline_crd_yaml,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 COMMITTED = REPO / "crds" / CRD_FILE
@@ -89,3 +96,27 @@ def test_crd_metadata() -> None:
     columns = [c["name"] for c in version["additionalPrinterColumns"]]
     assert columns == ["Phase", "Algorithm", "Progress", "Reward", "GPUs", "Restarts", "Age"]
     assert yaml.safe_load(render_crd_yaml()) == crd
+
+
+def test_pipeline_crd_is_committed_structural_and_named() -> None:
+    committed = REPO / "crds" / PIPELINE_CRD_FILE
+    assert committed.read_text() == render_pipeline_crd_yaml(), "run `rlhf-operator crd`"
+    crd = build_pipeline_crd()
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    for path, node in _walk(schema):
+        assert "type" in node, f"{path or '<root>'} has no type"
+        for banned in ("$ref", "anyOf", "oneOf", "allOf", "$defs", "title"):
+            assert banned not in node, f"{path}: {banned} is not structural"
+    assert crd["metadata"]["name"] == "rlhfpipelines.rlhf.dev"
+    assert crd["spec"]["names"]["shortNames"] == ["rlhfp"]
+    version = crd["spec"]["versions"][0]
+    assert [c["name"] for c in version["additionalPrinterColumns"]] == [
+        "Phase",
+        "Stages",
+        "Message",
+        "Age",
+    ]
+    stage_spec = schema["properties"]["spec"]["properties"]["stages"]["items"]["properties"]["spec"]
+    actor = stage_spec["properties"]["models"]["properties"]["actor"]
+    assert {"fromStage", "fromJob", "pretrained"} <= set(actor["properties"])
+    assert actor["x-kubernetes-validations"][0]["message"].startswith("set exactly one of")

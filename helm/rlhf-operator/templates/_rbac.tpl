@@ -9,10 +9,12 @@ modes can never drift apart. manifests/base/rbac.yaml mirrors it (deploy_tests c
 #
 # The RLHFJobs: kopf lists/watches them and patches metadata (its annotations); `get` confirms a
 # job still exists before anything is created on its behalf; `delete` is
-# runPolicy.ttlSecondsAfterFinished. The status is patched by the operator alone.
+# runPolicy.ttlSecondsAfterFinished; `create` makes an RLHFPipeline's stage jobs, and `patch`
+# also sets their runPolicy.suspend when the pipeline is suspended or resumed. The status is
+# patched by the operator alone.
 - apiGroups: ["rlhf.dev"]
   resources: ["rlhfjobs"]
-  verbs: ["get", "list", "watch", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: ["rlhf.dev"]
   resources: ["rlhfjobs/status"]
   verbs: ["patch"]
@@ -20,6 +22,18 @@ modes can never drift apart. manifests/base/rbac.yaml mirrors it (deploy_tests c
 # OwnerReferencesPermissionEnforcement admission plugin allow only with `update` on finalizers.
 - apiGroups: ["rlhf.dev"]
   resources: ["rlhfjobs/finalizers"]
+  verbs: ["update"]
+# RLHFPipelines: kopf lists/watches them and patches their annotations; their status is the
+# operator's. Not a request: `update` on their finalizers, for the stage jobs' ownerReferences
+# (blockOwnerDeletion), as for RLHFJobs above.
+- apiGroups: ["rlhf.dev"]
+  resources: ["rlhfpipelines"]
+  verbs: ["list", "watch", "patch"]
+- apiGroups: ["rlhf.dev"]
+  resources: ["rlhfpipelines/status"]
+  verbs: ["patch"]
+- apiGroups: ["rlhf.dev"]
+  resources: ["rlhfpipelines/finalizers"]
   verbs: ["update"]
 # One RayJob per attempt: watched, created, replaced (PUT, with resourceVersion) when it drifts
 # from the spec, deleted when a newer attempt replaces it or a deadline stops it.

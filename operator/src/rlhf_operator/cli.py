@@ -9,13 +9,13 @@ from pathlib import Path
 
 
 def _crd(args: argparse.Namespace) -> int:
-    from .crdgen import render_crd_yaml, write_crd
+    from .crdgen import render_crd_yaml, render_pipeline_crd_yaml, write_crd
 
     if args.stdout:
-        sys.stdout.write(render_crd_yaml())
+        sys.stdout.write(render_crd_yaml() + "---\n" + render_pipeline_crd_yaml())
         return 0
-    path = write_crd(Path(args.out_dir))
-    print(f"wrote {path}")
+    for path in write_crd(Path(args.out_dir)):
+        print(f"wrote {path}")
     return 0
 
 
@@ -59,7 +59,9 @@ def _render(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rlhf-operator", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    crd = sub.add_parser("crd", help="generate the RLHFJob CRD from the API models")
+    crd = sub.add_parser(
+        "crd", help="generate the RLHFJob and RLHFPipeline CRDs from the API models"
+    )
     crd.add_argument("--out-dir", default="crds", help="directory to write into (default crds/)")
     crd.add_argument("--stdout", action="store_true", help="print instead of writing a file")
     crd.set_defaults(func=_crd)

@@ -31,6 +31,7 @@ from .kube import ApiError, Applied, KubeApi, Outcome
 from .metrics import Metrics
 from .observing import Key, Observer, job_key
 from .reconcile import Decision, decide, status_patch
+from .requeue import Requeue
 from .settings import OperatorSettings
 
 logger = logging.getLogger(__name__)
@@ -67,8 +68,7 @@ class Controller:
         # Passes in a row that failed on a request other than applying a child.
         self._pass_failures: dict[Key, int] = {}
         self._latest: dict[Key, JSON] = {}
-        self._timers: dict[Key, asyncio.TimerHandle] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._timers = Requeue(self._requeue)
 
     def bind(
         self, jobs: Mapping[Any, Any], ray_jobs: Mapping[Any, Any], reports: Mapping[Any, Any]
@@ -245,17 +245,7 @@ class Controller:
 
     def schedule(self, key: Key, delay: float) -> None:
         """Reconcile `key` again after `delay` seconds (replaces an earlier timer)."""
-        old = self._timers.pop(key, None)
-        if old is not None:
-            old.cancel()
-        loop = asyncio.get_running_loop()
-        self._timers[key] = loop.call_later(max(0.0, delay), self._fire, key)
-
-    def _fire(self, key: Key) -> None:
-        self._timers.pop(key, None)
-        task = asyncio.get_running_loop().create_task(self._requeue(key))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._timers.schedule(key, delay)
 
     async def _requeue(self, key: Key) -> None:
         body = self.job_body(key)
@@ -302,9 +292,7 @@ class Controller:
 
     def forget(self, key: Key) -> None:
         """Drop what is remembered about a deleted job."""
-        timer = self._timers.pop(key, None)
-        if timer is not None:
-            timer.cancel()
+        self._timers.cancel(key)
         self._latest.pop(key, None)
         self._pass_failures.pop(key, None)
         self.observer.forget(key)
@@ -314,12 +302,7 @@ class Controller:
             del self._locks[key]
 
     async def close(self) -> None:
-        for timer in self._timers.values():
-            timer.cancel()
-        self._timers.clear()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._timers.close()
         await self.api.close()
 
 

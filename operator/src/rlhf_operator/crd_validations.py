@@ -167,3 +167,9 @@ RULES: dict[str, list[Rule]] = {
         }
     ],
 }
+
+# The stages of an RLHFPipeline are RLHFJob specs: the same rule for each model source.
+PIPELINE_RULES: dict[str, list[Rule]] = {
+    f"spec.stages[].spec.models.{role}": [_EXACTLY_ONE_MODEL_SOURCE]
+    for role in ("actor", "critic", "reference", "rewardModels[]")
+}

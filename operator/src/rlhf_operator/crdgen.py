@@ -1,10 +1,10 @@
-"""Generate the RLHFJob CustomResourceDefinition from the pydantic models.
+"""Generate the RLHFJob and RLHFPipeline CustomResourceDefinitions from the pydantic models.
 
 pydantic emits JSON Schema (draft 2020-12, `$ref`/`anyOf`); Kubernetes wants a *structural*
 OpenAPI v3 schema: every node typed, no `$ref`, no `anyOf` for optionals (`nullable`
 instead), `additionalProperties` only for maps, exclusive bounds as booleans. The models stay
-the single source of truth; `crds/rlhf.dev_rlhfjobs.yaml` is this module's output, committed,
-and a test fails when they drift apart.
+the single source of truth; `crds/rlhf.dev_rlhfjobs.yaml` and `crds/rlhf.dev_rlhfpipelines.yaml`
+are this module's output, committed, and a test fails when they drift apart.
 """
 
 from __future__ import annotations
@@ -16,15 +16,24 @@ from typing import Any
 import yaml
 
 from rlhf_trainer.config import JobSpec
+from rlhf_trainer.config.pipeline import PIPELINE_KIND, PipelineSpec
 
 from .api.v1alpha1 import GROUP, KIND, LIST_KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION
+from .api.v1alpha1.pipeline import (
+    PIPELINE_LIST_KIND,
+    PIPELINE_PLURAL,
+    PIPELINE_SHORT_NAMES,
+    PIPELINE_SINGULAR,
+    RLHFPipelineStatus,
+)
 from .api.v1alpha1.status import RLHFJobStatus
 from .api.v1alpha1.types import CATEGORIES
-from .crd_validations import RULES
+from .crd_validations import PIPELINE_RULES, RULES
 
 Schema = dict[str, Any]
 
 CRD_FILE = f"{GROUP}_{PLURAL}.yaml"
+PIPELINE_CRD_FILE = f"{GROUP}_{PIPELINE_PLURAL}.yaml"
 # Keys of pydantic's output that carry no meaning for the API server.
 _DROPPED_KEYS = {"title", "$defs"}
 
@@ -35,6 +44,12 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Reward", "type": "number", "jsonPath": ".status.trainer.reward"},
     {"name": "GPUs", "type": "integer", "jsonPath": ".status.totalGpus"},
     {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts"},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
+PIPELINE_PRINTER_COLUMNS: list[dict[str, Any]] = [
+    {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+    {"name": "Stages", "type": "string", "jsonPath": ".status.progress"},
+    {"name": "Message", "type": "string", "jsonPath": ".status.message", "priority": 1},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 
@@ -147,13 +162,10 @@ def _node_at(root: Schema, path: str) -> Schema:
     return node
 
 
-def openapi_schema() -> Schema:
-    spec = model_schema(JobSpec)
-    status = model_schema(RLHFJobStatus)
+def _root(description: str, spec: Schema, status: Schema, rules: dict[str, Any]) -> Schema:
     root: Schema = {
         "type": "object",
-        "description": "RLHFJob runs RLHF post-training (PPO, GRPO, REINFORCE++, RLOO, DPO...)"
-        " of a language model on a KubeRay cluster.",
+        "description": description,
         "required": ["spec"],
         "properties": {
             "apiVersion": {"type": "string"},
@@ -163,53 +175,96 @@ def openapi_schema() -> Schema:
             "status": status,
         },
     }
-    for path, rules in RULES.items():
+    for path, path_rules in rules.items():
         _node_at(root, path).setdefault("x-kubernetes-validations", []).extend(
-            dict(r) for r in rules
+            dict(r) for r in path_rules
         )
     return root
 
 
-def build_crd() -> dict[str, Any]:
+def openapi_schema() -> Schema:
+    return _root(
+        "RLHFJob runs RLHF post-training (PPO, GRPO, REINFORCE++, RLOO, DPO...)"
+        " of a language model on a KubeRay cluster.",
+        model_schema(JobSpec),
+        model_schema(RLHFJobStatus),
+        dict(RULES),
+    )
+
+
+def pipeline_openapi_schema() -> Schema:
+    return _root(
+        "RLHFPipeline runs a post-training recipe (e.g. SFT -> reward model -> PPO) as stages of"
+        " RLHFJobs; a stage's model source may be an earlier stage's final model (fromStage).",
+        model_schema(PipelineSpec),
+        model_schema(RLHFPipelineStatus),
+        dict(PIPELINE_RULES),
+    )
+
+
+def _crd(names: dict[str, Any], columns: list[dict[str, Any]], schema: Schema) -> dict[str, Any]:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {
-            "name": f"{PLURAL}.{GROUP}",
+            "name": f"{names['plural']}.{GROUP}",
             "labels": {"app.kubernetes.io/part-of": "rlhf-operator"},
         },
         "spec": {
             "group": GROUP,
             "scope": "Namespaced",
-            "names": {
-                "kind": KIND,
-                "listKind": LIST_KIND,
-                "plural": PLURAL,
-                "singular": SINGULAR,
-                "shortNames": list(SHORT_NAMES),
-                "categories": list(CATEGORIES),
-            },
+            "names": {**names, "categories": list(CATEGORIES)},
             "versions": [
                 {
                     "name": VERSION,
                     "served": True,
                     "storage": True,
                     "subresources": {"status": {}},
-                    "additionalPrinterColumns": PRINTER_COLUMNS,
-                    "schema": {"openAPIV3Schema": openapi_schema()},
+                    "additionalPrinterColumns": columns,
+                    "schema": {"openAPIV3Schema": schema},
                 }
             ],
         },
     }
 
 
+def build_crd() -> dict[str, Any]:
+    names = _names(KIND, LIST_KIND, PLURAL, SINGULAR, SHORT_NAMES)
+    return _crd(names, PRINTER_COLUMNS, openapi_schema())
+
+
+def build_pipeline_crd() -> dict[str, Any]:
+    names = _names(
+        PIPELINE_KIND, PIPELINE_LIST_KIND, PIPELINE_PLURAL, PIPELINE_SINGULAR, PIPELINE_SHORT_NAMES
+    )
+    return _crd(names, PIPELINE_PRINTER_COLUMNS, pipeline_openapi_schema())
+
+
+def _names(kind: str, list_kind: str, plural: str, singular: str, short: list[str]) -> Schema:
+    keys = ("kind", "listKind", "plural", "singular", "shortNames")
+    return dict(zip(keys, (kind, list_kind, plural, singular, list(short)), strict=True))
+
+
+_HEADER = "# Generated by `rlhf-operator crd` from the pydantic models. Do not edit.\n"
+
+
 def render_crd_yaml() -> str:
-    header = "# Generated by `rlhf-operator crd` from the pydantic models. Do not edit.\n"
-    return header + yaml.safe_dump(build_crd(), sort_keys=False, width=100)
+    return _HEADER + yaml.safe_dump(build_crd(), sort_keys=False, width=100)
 
 
-def write_crd(out_dir: Path) -> Path:
+def render_pipeline_crd_yaml() -> str:
+    return _HEADER + yaml.safe_dump(build_pipeline_crd(), sort_keys=False, width=100)
+
+
+def write_crd(out_dir: Path) -> list[Path]:
+    """Write both CRDs into `out_dir`; their paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / CRD_FILE
-    path.write_text(render_crd_yaml())
-    return path
+    written = []
+    for name, text in (
+        (CRD_FILE, render_crd_yaml()),
+        (PIPELINE_CRD_FILE, render_pipeline_crd_yaml()),
+    ):
+        path = out_dir / name
+        path.write_text(text)
+        written.append(path)
+    return written

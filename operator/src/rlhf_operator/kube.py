@@ -57,6 +57,7 @@ _RESOURCES = {
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): "rolebindings",
     ("ray.io/v1", "RayJob"): "rayjobs",
     ("rlhf.dev/v1alpha1", "RLHFJob"): "rlhfjobs",
+    ("rlhf.dev/v1alpha1", "RLHFPipeline"): "rlhfpipelines",
 }
 
 
@@ -203,6 +204,13 @@ class KubeApi:
     async def replace(self, obj: Mapping[str, Any]) -> JSON:
         replaced: JSON = await self.request("PUT", path_of(obj), obj, kind=obj["kind"])
         return replaced
+
+    async def patch(self, obj: Mapping[str, Any], patch: Mapping[str, Any]) -> JSON:
+        """Merge-patch the object itself (not its status)."""
+        patched: JSON = await self.request(
+            "PATCH", path_of(obj), patch, content_type=MERGE_PATCH, kind=obj["kind"]
+        )
+        return patched
 
     async def patch_status(self, obj: Mapping[str, Any], patch: Mapping[str, Any]) -> JSON | None:
         """Merge-patch the status subresource; None when the object is gone."""

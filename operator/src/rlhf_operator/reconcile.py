@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from rlhf_trainer.config import JobSpec, cluster_problems, validation_messages
+from rlhf_trainer.config import ConfigModel, JobSpec, cluster_problems, validation_messages
 from rlhf_trainer.config.loading import NAME_MAX_LENGTH, NAME_PATTERN
 
 from .api.v1alpha1 import (
@@ -306,7 +306,7 @@ def _deadline_wait(job: RLHFJob, status: RLHFJobStatus, now: datetime) -> float 
     return max(0.0, (started + timedelta(seconds=deadline) - now).total_seconds())
 
 
-def status_patch(previous: Mapping[str, Any] | None, status: RLHFJobStatus) -> dict[str, Any]:
+def status_patch(previous: Mapping[str, Any] | None, status: ConfigModel) -> dict[str, Any]:
     """A JSON merge patch turning the stored status into ours, `trainer` included (the
     operator mirrors the trainer's validated report there; nobody else writes the status).
     Empty when nothing changed: then no request is made."""

@@ -1,4 +1,5 @@
-"""`rlhf-operator render FILE`: every child object of each RLHFJob in a file, as YAML.
+"""`rlhf-operator render FILE`: every child object of each RLHFJob in a file, as YAML; for an
+RLHFPipeline, each stage's RLHFJob followed by that job's children.
 
 A dry run for GitOps review and debugging: the same validation, placement plan and builders
 the operator runs, with no cluster. Objects the API server would fill in (the owner's uid) get
@@ -15,7 +16,8 @@ from typing import Any
 
 import yaml
 
-from rlhf_trainer.config import JobSpec, cluster_problems, load_file
+from rlhf_trainer.config import JobSpec, LoadedJob, cluster_problems, load_file
+from rlhf_trainer.config.pipeline import topological_order
 from rlhf_trainer.config.sources import job_references
 
 from .api.v1alpha1 import JobInput, RLHFJob
@@ -23,6 +25,7 @@ from .builders.children import render_children
 from .builders.common import BuildError
 from .builders.volumes import job_output
 from .inputs import with_inputs
+from .pipelines import STAGE_LABEL, stage_job
 from .placement import PlacementError
 from .policy import policy_problems
 from .settings import OperatorSettings
@@ -52,6 +55,9 @@ def render_file(
     namespaces = _document_namespaces(path, len(loaded_jobs))
     in_file = {j.name: j.spec for j in loaded_jobs if j.ok and j.spec is not None}
     for loaded, doc_namespace in zip(loaded_jobs, namespaces, strict=True):
+        if loaded.ok and loaded.pipeline is not None:
+            out.append(_render_pipeline(loaded, settings, namespace or doc_namespace or "default"))
+            continue
         if not loaded.ok or loaded.spec is None:
             problems = loaded.problems or ["not an RLHFJob manifest (bare job configs run locally)"]
             out.append(Rendered(loaded.source, loaded.name, problems=problems))
@@ -92,6 +98,41 @@ def render_file(
             Rendered(loaded.source, loaded.name, objects=children.all, notes=notes, reasons=reasons)
         )
     return out
+
+
+def _render_pipeline(loaded: LoadedJob, settings: OperatorSettings, namespace: str) -> Rendered:
+    """The stage RLHFJobs the pipeline creates (each owned by it), each followed by its own
+    children; `fromStage` is `fromJob` of the stage job, resolved as the operator will once
+    that stage succeeded (its output location follows from its spec)."""
+    spec = loaded.pipeline
+    if spec is None:  # the caller checked
+        raise ValueError("not a pipeline")
+    body = {"metadata": {"name": loaded.name, "namespace": namespace, "uid": PLACEHOLDER_UID}}
+    stage_jobs = [stage_job(body, spec, name) for name in topological_order(spec)]
+    in_file = {j["metadata"]["name"]: JobSpec.model_validate(j["spec"]) for j in stage_jobs}
+    objects: list[dict[str, Any]] = []
+    problems: list[str] = []
+    notes: list[str] = []
+    for obj in stage_jobs:
+        job = RLHFJob.model_validate(
+            {**obj, "metadata": {**obj["metadata"], "uid": PLACEHOLDER_UID}}
+        )
+        index = [s.name for s in spec.stages].index(obj["metadata"]["labels"][STAGE_LABEL])
+        prefix = f"spec.stages[{index}].spec"
+        cluster = [p.render(prefix) for p in cluster_problems(job.spec)]
+        cluster += policy_problems(job.spec, settings)
+        if cluster:
+            problems += cluster
+            continue
+        inputs, stage_notes = _render_inputs(job, in_file)
+        notes += stage_notes
+        try:
+            objects += [obj, *render_job(with_inputs(job, inputs), settings)]
+        except (PlacementError, BuildError) as err:
+            problems.append(f"{prefix}: {err}")
+    if problems:
+        return Rendered(loaded.source, loaded.name, problems=problems)
+    return Rendered(loaded.source, loaded.name, objects=objects, notes=notes)
 
 
 def _render_inputs(

@@ -10,8 +10,10 @@ import kopf
 
 from . import kube
 from .controller import Controller
-from .handlers import register
+from .handlers import JOBS_INDEX, register
 from .metrics import Metrics
+from .pipeline_controller import PipelineController
+from .pipeline_handlers import register_pipelines
 from .settings import OperatorSettings
 
 
@@ -24,6 +26,7 @@ def build(settings: OperatorSettings) -> tuple[kopf.OperatorRegistry, Controller
     controller_ref.append(controller)
     registry = kopf.OperatorRegistry()
     register(registry, controller, settings)
+    register_pipelines(registry, PipelineController(settings, api), settings, JOBS_INDEX)
     return registry, controller
 
 

@@ -21,6 +21,7 @@ pytestmark = pytest.mark.apiserver
 
 REPO = Path(__file__).resolve().parents[3]
 CRD = REPO / "crds" / "rlhf.dev_rlhfjobs.yaml"
+PIPELINE_CRD = REPO / "crds" / "rlhf.dev_rlhfpipelines.yaml"
 EXAMPLES = example_files()
 CASES = invalid_cases()
 SERVER_CREATE = [c for c in CASES if c.server and c.update is None]
@@ -31,6 +32,8 @@ UPDATES = [c for c in CASES if c.update is not None]
 @pytest.fixture
 def api(apiserver: ApiClient) -> Iterator[ApiClient]:
     apiserver.apply_crd(CRD).raise_for_error()
+    # The examples hold RLHFPipelines too (their CEL rules must fit the server's cost budget).
+    apiserver.apply_crd(PIPELINE_CRD).raise_for_error()
     yield apiserver
 
 

@@ -14,6 +14,7 @@ import sys
 import threading
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
@@ -224,6 +225,14 @@ class Cluster:
         if "outcome" in report:
             data[OUTCOME_KEY] = json.dumps(report["outcome"])
         self.k8s.patch("configmaps", report_name(job), {"data": data}, self.namespace)
+
+    def fails_for_good(self, job: str, why: str, attempt: int = 0) -> None:
+        """The trainer says a retry cannot help (InvalidSpec), then KubeRay sees it fail."""
+        outcome = {"attempt": attempt, "exitCode": 78, "failureClass": "InvalidSpec"}
+        self.trainer_reports(job, {"outcome": {**outcome, "message": why}})
+        end = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        failed = {"jobDeploymentStatus": "Failed", "jobStatus": "FAILED", "reason": "AppFailed"}
+        self.kuberay(f"{job}-r{attempt}", **failed, endTime=end)
 
     def reasons(self, job: str) -> list[str]:
         return [e.reason for e in self.k8s.events(self.namespace, about=job)]

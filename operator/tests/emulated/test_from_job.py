@@ -93,17 +93,7 @@ async def test_fails_when_the_producer_failed(operator: Cluster) -> None:
     c.create(_consumer("ppo-f", "sft-f"))
     await c.until(lambda: c.ray_jobs("sft-f"), "producer's RayJob")
     why = "data.train[0].inputKey: no column 'prompt'"
-    c.trainer_reports(
-        "sft-f",
-        {"outcome": {"attempt": 0, "exitCode": 78, "failureClass": "InvalidSpec", "message": why}},
-    )
-    c.kuberay(
-        "sft-f-r0",
-        jobDeploymentStatus="Failed",
-        jobStatus="FAILED",
-        reason="AppFailed",
-        endTime=_now(),
-    )
+    c.fails_for_good("sft-f", why)
     await c.phase("sft-f", "Failed")
     status = await c.phase("ppo-f", "Failed")
     assert c.conditions("ppo-f")["Failed"] == ("True", "InputJobFailed")

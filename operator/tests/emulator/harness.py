@@ -36,6 +36,7 @@ CrdSource = Mapping[str, Any] | str | os.PathLike[str]
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[3]
 OUR_CRD = REPO_ROOT / "crds" / "rlhf.dev_rlhfjobs.yaml"
+OUR_PIPELINE_CRD = REPO_ROOT / "crds" / "rlhf.dev_rlhfpipelines.yaml"
 KUBERAY_CRDS_DIR = pathlib.Path(
     os.environ.get("KUBERAY_CRDS_DIR", REPO_ROOT.parent / "shared" / "kuberay-crds")
 )
@@ -57,8 +58,8 @@ def load_crds(source: CrdSource) -> list[JSON]:
 
 
 def project_crds() -> list[pathlib.Path]:
-    """Our CRD (once generated) and KubeRay's (when ../shared/kuberay-crds exists)."""
-    found = [OUR_CRD] if OUR_CRD.exists() else []
+    """Our CRDs (once generated) and KubeRay's (when ../shared/kuberay-crds exists)."""
+    found = [crd for crd in (OUR_CRD, OUR_PIPELINE_CRD) if crd.exists()]
     if KUBERAY_CRDS_DIR.is_dir():
         found.append(KUBERAY_CRDS_DIR)
     return found

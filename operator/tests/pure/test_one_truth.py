@@ -166,7 +166,11 @@ def test_every_example_and_the_readme_job_validate_and_plan(tmp_path: Path) -> N
     planned = _rlhf("plan", "--output", "json", *files)
     assert planned.returncode == 0, planned.stderr
     plans = json.loads(planned.stdout)
-    assert len(plans) == len(files)
+    # One plan per job, and one per stage of a pipeline.
+    stages = sum(
+        len(yaml.safe_load(Path(f).read_text())["spec"].get("stages", [None])) for f in files
+    )
+    assert len(plans) == stages
     for plan in plans:
         devices = sum(p["replicas"] * p["devices"] for p in plan["pods"])
         assert devices == plan["totalDevices"] > 0, plan["source"]
@@ -297,6 +301,7 @@ def test_examples_a_cluster_cannot_take_as_written_ship_through_their_kustomizat
 
     for path in example_files():
         [job] = load_file(path)
-        assert job.config is not None
-        if cluster_problems(job.config):
+        stages = [s.spec for s in job.pipeline.stages] if job.pipeline else [job.config]
+        assert all(config is not None for config in stages)
+        if any(cluster_problems(config) for config in stages if config is not None):
             assert path in local_only_examples(), path

@@ -43,8 +43,9 @@ def _ray_jobs() -> list[tuple[str, JSON]]:
     for path in FILES:
         for rendered in render_file(path, SETTINGS):
             assert not rendered.problems, (path, rendered.problems)
-            [ray_job] = [o for o in rendered.objects if o["kind"] == "RayJob"]
-            found.append((f"{path.stem}/{rendered.name}", ray_job))
+            # One RayJob per job (per stage of a pipeline).
+            for ray_job in [o for o in rendered.objects if o["kind"] == "RayJob"]:
+                found.append((f"{path.stem}/{ray_job['metadata']['name']}", ray_job))
     return found
 
 

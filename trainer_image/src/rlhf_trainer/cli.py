@@ -1,6 +1,7 @@
 """`rlhf`: run an RLHFJob manifest (or bare job config) on this machine, or validate files.
 
     rlhf run FILE [--config FILE] [--resume auto|never] [--max-steps N] [--run-dir DIR]
+                 (an RLHFPipeline FILE: its stages one after another)
     rlhf validate [--cluster] FILE...
     rlhf plan FILE... [--output text|json]
 
@@ -17,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rlhf_trainer.config import (
+    JobConfig,
     LayoutError,
     LoadedJob,
     cluster_problems,
@@ -26,6 +28,7 @@ from rlhf_trainer.config import (
     plan_layout,
     resolve_job,
 )
+from rlhf_trainer.config.pipeline import stage_job_name, topological_order
 
 
 def _document_label(job: LoadedJob, index: int, count: int) -> str:
@@ -35,17 +38,33 @@ def _document_label(job: LoadedJob, index: int, count: int) -> str:
     return f"{job.source}[{index}] ({job.name})"
 
 
-def _auto_problems(job: LoadedJob) -> list[str]:
-    """A `placement.auto` job's refusals once the models' config.json on this machine are
-    read (sizes no rule could see without them)."""
-    if job.config is None or not job.config.placement.auto:
+def _configs(job: LoadedJob) -> list[tuple[str, JobConfig]]:
+    """(field prefix, config) of a document: its own, or each stage's of a pipeline."""
+    if job.pipeline is not None:
+        return [(f"spec.stages[{i}].spec", s.spec) for i, s in enumerate(job.pipeline.stages)]
+    if job.config is None:
         return []
-    try:
-        resolve_job(job.config, local_config_reader(job.base_dir))
-    except LayoutError as err:
-        prefix = "spec" if job.is_manifest else ""
-        return [p.render(prefix) for p in err.problems]
-    return []
+    return [("spec" if job.is_manifest else "", job.config)]
+
+
+def _stages(job: LoadedJob) -> str:
+    if job.pipeline is None:
+        return ""
+    return f": stages {' -> '.join(topological_order(job.pipeline))}"
+
+
+def _auto_problems(job: LoadedJob) -> list[str]:
+    """A `placement.auto` job's (or stage's) refusals once the models' config.json on this
+    machine are read (sizes no rule could see without them)."""
+    out: list[str] = []
+    for prefix, cfg in _configs(job):
+        if not cfg.placement.auto:
+            continue
+        try:
+            resolve_job(cfg, local_config_reader(job.base_dir))
+        except LayoutError as err:
+            out += [p.render(prefix) for p in err.problems]
+    return out
 
 
 def validate_files(paths: Sequence[str], *, cluster: bool = False) -> tuple[int, list[str]]:
@@ -58,9 +77,10 @@ def validate_files(paths: Sequence[str], *, cluster: bool = False) -> tuple[int,
         jobs = load_file(path)
         for i, job in enumerate(jobs):
             label = _document_label(job, i, len(jobs))
-            if job.ok and cluster and job.config is not None:
-                prefix = "spec" if job.is_manifest else ""
-                problems = [p.render(prefix) for p in cluster_problems(job.config)]
+            if job.ok and cluster:
+                problems = [
+                    p.render(prefix) for prefix, cfg in _configs(job) for p in cluster_problems(cfg)
+                ]
                 if problems:
                     bad = True
                     lines.extend(f"{label}: {problem}" for problem in problems)
@@ -71,8 +91,7 @@ def validate_files(paths: Sequence[str], *, cluster: bool = False) -> tuple[int,
                 lines.extend(f"{label}: {problem}" for problem in auto)
                 continue
             if job.ok:
-                kind = "RLHFJob" if job.is_manifest else "job config"
-                lines.append(f"{label}: ok ({kind} {job.name})")
+                lines.append(f"{label}: ok ({job.kind} {job.name}{_stages(job)})")
                 continue
             bad = True
             lines.extend(f"{label}: {problem}" for problem in job.problems)
@@ -98,20 +117,28 @@ def plan_files(paths: Sequence[str], output: str) -> tuple[int, list[str]]:
         for i, job in enumerate(jobs):
             label = _document_label(job, i, len(jobs))
             problems = job.problems or _auto_problems(job)
-            if job.config is None or problems:
+            if not _configs(job) or problems:
                 bad = True
                 lines.extend(f"{label}: {problem}" for problem in problems)
                 continue
-            # A valid config always has a layout; placement.auto reads local config.json.
-            layout = plan_layout(job.config, local_config_reader(job.base_dir))
-            if output == "json":
-                plans.append({"source": label, "name": job.name, **layout.to_dict()})
-            else:
-                lines.append(f"{label} ({job.name}):")
-                lines.extend(f"  {line}" for line in describe_layout(layout).splitlines())
+            for name, cfg in _named_configs(job):
+                # A valid config always has a layout; placement.auto reads local config.json.
+                layout = plan_layout(cfg, local_config_reader(job.base_dir))
+                if output == "json":
+                    plans.append({"source": label, "name": name, **layout.to_dict()})
+                else:
+                    lines.append(f"{label} ({name}):")
+                    lines.extend(f"  {line}" for line in describe_layout(layout).splitlines())
     if output == "json" and not bad:
         lines = [json.dumps(plans[0] if len(plans) == 1 else plans, indent=2)]
     return (1 if bad else 0), lines
+
+
+def _named_configs(job: LoadedJob) -> list[tuple[str, JobConfig]]:
+    """(run name, config): the job's, or each stage's (`<pipeline>-<stage>`)."""
+    if job.pipeline is None:
+        return [(job.name, cfg) for _, cfg in _configs(job)]
+    return [(stage_job_name(job.name, s.name), s.spec) for s in job.pipeline.stages]
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from .errors import validation_messages
 from .job import JobConfig, JobSpec
+from .pipeline import PIPELINE_KIND, PipelineSpec, name_problems, validate_pipeline_spec
 
 API_GROUP = "rlhf.dev"
 API_VERSION = f"{API_GROUP}/v1alpha1"
@@ -33,10 +34,18 @@ class LoadedJob:
     spec: JobSpec | None = None
     config: JobConfig | None = None
     problems: list[str] = field(default_factory=list)
+    # An RLHFPipeline manifest: its stages instead of one job's spec and config.
+    pipeline: PipelineSpec | None = None
 
     @property
     def ok(self) -> bool:
         return not self.problems
+
+    @property
+    def kind(self) -> str:
+        if self.pipeline is not None:
+            return PIPELINE_KIND
+        return KIND if self.is_manifest else "job config"
 
 
 def _name_problems(metadata: Any) -> list[str]:
@@ -74,11 +83,13 @@ def load_document(doc: Any, source: str, base_dir: Path, index: int = 0) -> Load
 
 
 def _load_manifest(doc: dict[str, Any], source: str, base_dir: Path, name: str) -> LoadedJob:
+    """An RLHFJob or an RLHFPipeline manifest: every problem of its header and spec at once."""
     problems: list[str] = []
     if doc.get("apiVersion") != API_VERSION:
         problems.append(f"apiVersion: must be {API_VERSION} (got {doc.get('apiVersion')!r})")
-    if doc.get("kind") != KIND:
-        problems.append(f"kind: must be {KIND} (got {doc.get('kind')!r})")
+    pipeline = doc.get("kind") == PIPELINE_KIND
+    if doc.get("kind") != KIND and not pipeline:
+        problems.append(f"kind: must be {KIND} or {PIPELINE_KIND} (got {doc.get('kind')!r})")
     problems += _name_problems(doc.get("metadata"))
     metadata = doc.get("metadata")
     if isinstance(metadata, dict) and metadata.get("name"):
@@ -88,6 +99,10 @@ def _load_manifest(doc: dict[str, Any], source: str, base_dir: Path, name: str) 
         problems.append("spec: required field is missing")
         return LoadedJob(name, source, base_dir, True, problems=problems)
     try:
+        if pipeline:
+            stages = validate_pipeline_spec(spec_doc)
+            problems += [p.render("spec") for p in name_problems(name, stages)]
+            return LoadedJob(name, source, base_dir, True, problems=problems, pipeline=stages)
         spec = JobSpec.model_validate(spec_doc)
     except ValidationError as err:
         problems += validation_messages(err, prefix="spec")

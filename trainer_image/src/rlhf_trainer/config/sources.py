@@ -84,14 +84,21 @@ def _node(doc: dict[str, Any], role: str) -> dict[str, Any]:
     return result
 
 
-def with_pretrained(doc: Mapping[str, Any], locations: Mapping[str, str]) -> dict[str, Any]:
-    """A copy of a spec (or job config) manifest dict whose `fromJob`/`fromStage` roles in
-    `locations` load `pretrained: <location>` instead; the other keys of each source
-    (trustRemoteCode, a reward model's weight) stay."""
+def replace_sources(
+    doc: Mapping[str, Any], sources: Mapping[str, Mapping[str, Any]]
+) -> dict[str, Any]:
+    """A copy of a spec (or job config) manifest dict in which each role of `sources` loads
+    from the source given there (e.g. `{"pretrained": ...}`) instead of the one written; the
+    other keys of each source (trustRemoteCode, a reward model's weight) stay."""
     out = copy.deepcopy(dict(doc))
-    for role, location in locations.items():
+    for role, source in sources.items():
         node = _node(out, role)
-        for key in ("fromJob", "fromStage", "from_job", "from_stage", "revision"):
+        for key in ("pretrained", "randomInit", "fromJob", "fromStage", "revision"):
             node.pop(key, None)
-        node["pretrained"] = location
+        node.update(source)
     return out
+
+
+def with_pretrained(doc: Mapping[str, Any], locations: Mapping[str, str]) -> dict[str, Any]:
+    """`replace_sources` with `pretrained: <location>` for each role of `locations`."""
+    return replace_sources(doc, {role: {"pretrained": loc} for role, loc in locations.items()})

@@ -51,8 +51,9 @@ class RunFailed(RuntimeError):
         self.checkpoint, self.latest = checkpoint, latest
 
 
-def select_job(path: Path) -> tuple[LoadedJob, JobConfig]:
-    """The one valid job of `path` and its config; `JobError` listing every problem otherwise."""
+def select_job(path: Path) -> tuple[LoadedJob, JobConfig | None]:
+    """The one valid job of `path` and its config (None for an RLHFPipeline, whose stages
+    each have theirs); `JobError` listing every problem otherwise."""
     jobs = load_file(path)
     problems = [f"{path}: {p}" for job in jobs for p in job.problems]
     if problems:
@@ -60,6 +61,8 @@ def select_job(path: Path) -> tuple[LoadedJob, JobConfig]:
     if len(jobs) != 1:
         names = ", ".join(j.name for j in jobs)
         raise JobError(f"{path}: holds {len(jobs)} jobs ({names}); `rlhf run` runs one per file")
+    if jobs[0].pipeline is not None:
+        return jobs[0], None
     config = jobs[0].config
     if config is None:  # a valid document always has a config
         raise JobError(f"{path}: no job config")

@@ -91,6 +91,10 @@ def run_from_cli(
         job, config = select_job(path)
     except JobError as err:
         return finish(err)
+    if config is None:
+        from .pipeline import run_pipeline
+
+        return run_pipeline(job, resume=resume, max_steps=max_steps, run_dir=run_dir)
     name = job.name
     if not job.is_manifest:  # in a RayJob the file is job.yaml: the operator names the run
         name = os.environ.get("RLHF_JOB_NAME", name)

@@ -21,17 +21,14 @@ SHORT_NAMES = ["rlhf"]
 CATEGORIES = ["rlhf", "ml"]
 
 
-class RLHFJob(BaseModel):
-    """An RLHFJob as the API server returns it. `metadata` stays a plain dict: it is
+class Resource(BaseModel):
+    """One of our resources as the API server returns it. `metadata` stays a plain dict: it is
     Kubernetes' ObjectMeta, validated by the server, not by us."""
 
     model_config = ConfigDict(populate_by_name=True, extra="ignore", frozen=True)
 
     api_version: str = Field(f"{GROUP}/{VERSION}", alias="apiVersion")
-    kind: str = KIND
     metadata: dict[str, Any] = Field(default_factory=dict)
-    spec: JobSpec
-    status: RLHFJobStatus | None = None
 
     @property
     def name(self) -> str:
@@ -40,3 +37,9 @@ class RLHFJob(BaseModel):
     @property
     def namespace(self) -> str:
         return str(self.metadata.get("namespace", "default"))
+
+
+class RLHFJob(Resource):
+    kind: str = KIND
+    spec: JobSpec
+    status: RLHFJobStatus | None = None
