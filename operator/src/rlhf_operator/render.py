@@ -127,7 +127,7 @@ def _render_pipeline(loaded: LoadedJob, settings: OperatorSettings, namespace: s
         inputs, stage_notes = _render_inputs(job, in_file)
         notes += stage_notes
         try:
-            objects += [obj, *render_job(with_inputs(job, inputs), settings)]
+            objects += [obj, *render_children(with_inputs(job, inputs), settings).all]
         except (PlacementError, BuildError) as err:
             problems.append(f"{prefix}: {err}")
     if problems:

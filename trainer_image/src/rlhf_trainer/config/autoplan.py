@@ -89,10 +89,9 @@ def job_sizes(cfg: JobConfig, read_config: ConfigReader | None = None) -> Sizes:
     stated, m = cfg.placement.model_size, cfg.models
     actor = source_size(m.actor, stated=stated, read_config=read_config)
     if actor is None:
-        name = m.actor.pretrained
         why = (
-            f"cannot tell the size of models.actor.pretrained {name!r} here (no size in its "
-            "name, no config.json readable); set placement.modelSize, e.g. 7B"
+            f"cannot tell the size of the actor ({m.actor.label}) here (no size in its name, "
+            "no config.json readable, or another job's model); set placement.modelSize, e.g. 7B"
         )
         raise AutoError([Problem("placement.modelSize", why)], size_unknown=True)
     assumed = ModelSize(actor.params, "assumed the actor's size")
