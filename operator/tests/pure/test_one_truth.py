@@ -36,15 +36,23 @@ ONLINE = {"models": {"rewardModels": None, "rewardFunction": {"builtin": "repeat
 # Every refusal the trainer used to make only inside the pod (after taking its GPUs), and the
 # field it names. Each is now a shared config rule.
 TRAINER_REFUSALS = [
-    ("packing-online", {"training": {"packingSamples": True}}, "training.packingSamples"),
     (
-        "packing-offline",
+        "packing-with-remote-code",
+        {
+            "training": {"packingSamples": True},
+            "models": {"actor": {"trustRemoteCode": True}},
+        },
+        "training.packingSamples",
+    ),
+    (
+        "flash-attention-on-cpu",
         {
             "algorithm": {"name": "sft"},
             "models": {"rewardModels": None},
-            "training": {"packingSamples": True},
+            "placement": {"device": "cpu"},
+            "training": {"attnImplementation": "flash_attention_2"},
         },
-        "training.packingSamples",
+        "training.attnImplementation",
     ),
     (
         "vllm-tensor-parallel",

@@ -61,9 +61,9 @@ def test_two_ppo_steps_with_the_hf_engine(job_file: JobFile, tmp_path: Path) -> 
     ("changes", "message"),
     [
         pytest.param(
-            {"training": {"packingSamples": True}},
-            "training.packingSamples: sequence packing is not implemented yet",
-            id="packing",
+            {"training": {"attnImplementation": "flash_attention_2"}},
+            "training.attnImplementation: flash_attention_2 runs on CUDA GPUs only",
+            id="flash-attention-on-cpu",
         ),
         pytest.param(
             {

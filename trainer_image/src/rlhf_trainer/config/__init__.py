@@ -38,7 +38,7 @@ from .outcome import ExitCode, FailureClass
 from .placement import Device, PlacementConfig, Toleration
 from .resolve import resolve_job
 from .rollout import AgentConfig, AgentMode, RolloutConfig, RolloutEngine
-from .training import LoRAConfig, LRScheduler, TrainingConfig
+from .training import AttnImplementation, LoRAConfig, LRScheduler, TrainingConfig
 
 __all__ = [
     "API_GROUP",
@@ -49,6 +49,7 @@ __all__ = [
     "AgentMode",
     "AlgorithmConfig",
     "AlgorithmName",
+    "AttnImplementation",
     "CheckpointConfig",
     "CheckpointStorage",
     "ConfigModel",

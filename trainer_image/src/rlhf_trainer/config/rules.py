@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .algorithm import AlgorithmName
+from .attention_rules import attention_problems
 from .autorules import auto_problems
 from .base import Problem
 from .builtins import BUILTIN_REWARD_NAMES, BUILTIN_TASK_NAMES, builtin_problem
@@ -40,6 +41,7 @@ def _placed_problems(cfg: JobConfig) -> list[Problem]:
         *_rollout_problems(cfg),
         *_async_problems(cfg),
         *_training_problems(cfg),
+        *attention_problems(cfg),
         *_data_problems(cfg),
         *_builtin_problems(cfg),
         *location_problems(cfg),
@@ -363,14 +365,6 @@ def _unimplemented_problems(cfg: JobConfig) -> list[Problem]:
     taken."""
     algo, r, t = cfg.algorithm.name, cfg.rollout, cfg.training
     out: list[Problem] = []
-    if t.packing_samples:
-        out.append(
-            Problem(
-                "training.packingSamples",
-                "sequence packing is not implemented yet in this trainer (batches are padded; "
-                "all-padding columns are trimmed per micro-batch); set it false",
-            )
-        )
     if algo.is_online and r.engine is RolloutEngine.VLLM and r.tensor_parallel_size > 1:
         out.append(
             Problem(

@@ -15,6 +15,18 @@ class LRScheduler(StrEnum):
     LINEAR = "linear"
 
 
+class AttnImplementation(StrEnum):
+    """Attention kernels (transformers' `attn_implementation`) of the trained and frozen models.
+
+    `auto`: FlashAttention-2 on GPUs where the `flash-attn` package is installed, else PyTorch's
+    scaled-dot-product attention. vLLM engines choose their own kernels."""
+
+    AUTO = "auto"
+    FLASH_ATTENTION_2 = "flash_attention_2"
+    SDPA = "sdpa"
+    EAGER = "eager"
+
+
 class LoRAConfig(ConfigModel):
     rank: int = Field(gt=0, le=1024)
     alpha: int = Field(16, gt=0)
@@ -59,7 +71,16 @@ class TrainingConfig(ConfigModel):
     adam_offload: bool = Field(False, description="Offload Adam states to CPU memory.")
     ref_reward_offload: bool = Field(False, description="Offload frozen reference/reward models.")
     gradient_checkpointing: bool = False
-    packing_samples: bool = Field(False, description="Pack sequences without padding.")
+    packing_samples: bool = Field(
+        False,
+        description="Pack each micro-batch's sequences into one row without padding; attention "
+        "stays within each sequence (position ids restart per sequence).",
+    )
+    attn_implementation: AttnImplementation = Field(
+        AttnImplementation.AUTO,
+        description="Attention kernel of the trained and frozen models: auto (FlashAttention-2 "
+        "on GPUs with flash-attn installed, else sdpa), flash_attention_2, sdpa or eager.",
+    )
     lora: LoRAConfig | None = None
     seed: int = Field(42, ge=0)
     deterministic: bool = Field(

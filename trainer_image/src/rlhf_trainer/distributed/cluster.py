@@ -309,6 +309,8 @@ class TrainingCluster:
             deterministic=t.deterministic,
             threads=threads,
             enable_sleep=r.enable_sleep,
+            revision=self.job.models.actor.revision if self.job.models.actor.pretrained else None,
+            trust_remote_code=self.job.models.actor.trust_remote_code,
         )
 
     def max_context(self) -> int:

@@ -4,7 +4,9 @@ A batch row is `[left padding | prompt | response | right padding]`: `input_ids`
 `attention_mask` are `[B, L]`, and the response is the last `R` columns, described by
 `action_mask` `[B, R]` (1 for tokens the policy generated, 0 for padding and, in multi-turn
 rollouts, for environment feedback inside the response). Position ids count real tokens only,
-as vLLM and HF generation do, so left padding does not change any value.
+as vLLM and HF generation do, so left padding does not change any value. With `packed` the
+model sees the real tokens only, as one row (`rlhf_trainer.models.packing`); the outputs come
+back in this layout, so the losses read them alike.
 """
 
 from __future__ import annotations
@@ -13,13 +15,10 @@ import torch
 from torch import Tensor, nn
 
 from rlhf_trainer.algos.losses import entropy_from_logits, log_probs_from_logits
+from rlhf_trainer.models.packing import causal_lm_logits, token_values
 
 # `[B, L]` tensors over the whole sequence; every other 2-D tensor is `[B, R]` per action.
 SEQUENCE_KEYS = frozenset({"input_ids", "attention_mask"})
-
-
-def position_ids(attention_mask: Tensor) -> Tensor:
-    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
 def trim_padding(batch: dict[str, Tensor]) -> dict[str, Tensor]:
@@ -47,12 +46,18 @@ def trim_padding(batch: dict[str, Tensor]) -> dict[str, Tensor]:
     return out
 
 
-def response_logits(model: nn.Module, batch: dict[str, Tensor], temperature: float) -> Tensor:
+def response_logits(
+    model: nn.Module, batch: dict[str, Tensor], temperature: float, *, packed: bool = False
+) -> Tensor:
     """Logits `[B, R, V]` that score each response token (the position before it)."""
-    input_ids, mask = batch["input_ids"], batch["attention_mask"]
     response = batch["action_mask"].shape[1]
-    out = model(input_ids=input_ids, attention_mask=mask, position_ids=position_ids(mask))
-    logits: Tensor = out.logits[:, -response - 1 : -1, :]
+    logits = causal_lm_logits(
+        model,
+        batch["input_ids"],
+        batch["attention_mask"],
+        packed=packed,
+        columns=slice(-response - 1, -1),
+    )
     # Sampling divided the logits by the temperature; score the same distribution.
     if temperature > 0 and temperature != 1.0:
         logits = logits / temperature
@@ -66,11 +71,12 @@ def action_log_probs(
     *,
     with_entropy: bool = False,
     entropy_grad: bool = False,
+    packed: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
     """Log-probs `[B, R]` of the response tokens, and their entropy when asked (with a
     gradient only for an entropy bonus; as a statistic it is computed on detached logits)."""
     response = batch["action_mask"].shape[1]
-    logits = response_logits(model, batch, temperature)
+    logits = response_logits(model, batch, temperature, packed=packed)
     labels = batch["input_ids"][:, -response:]
     logp = log_probs_from_logits(logits, labels)
     entropy = None
@@ -80,10 +86,10 @@ def action_log_probs(
     return logp, entropy
 
 
-def action_values(model: nn.Module, batch: dict[str, Tensor]) -> Tensor:
+def action_values(model: nn.Module, batch: dict[str, Tensor], *, packed: bool = False) -> Tensor:
     """Critic values `[B, R]`: V of the state before each response token."""
     response = batch["action_mask"].shape[1]
-    values: Tensor = model(batch["input_ids"], batch["attention_mask"])
+    values = token_values(model, batch["input_ids"], batch["attention_mask"], packed=packed)
     return values[:, -response - 1 : -1]
 
 

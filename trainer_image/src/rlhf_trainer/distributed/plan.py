@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlhf_trainer.config import JobConfig, plan_layout, resolve_job
+from rlhf_trainer.config import JobConfig, ModelSource, plan_layout, resolve_job
 from rlhf_trainer.config.roles import ACTOR, CRITIC, REFERENCE, REWARD, ROLLOUT
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "RoleShare",
     "plan_placement",
     "reward_role",
+    "role_source",
 ]
 # Ray schedules fractions in units of 1e-4; a share never goes below this.
 MIN_FRACTION = 0.01
@@ -89,6 +90,21 @@ class PlacementPlan:
 def reward_role(index: int) -> str:
     """Role name of the index-th reward model (each is its own data-parallel group)."""
     return f"{REWARD}{index}"
+
+
+def role_source(cfg: JobConfig, role: str) -> ModelSource:
+    """Where the weights of `role` come from (the actor's for the vLLM engines)."""
+    models = cfg.models
+    if role in (ACTOR, ROLLOUT):
+        return models.actor
+    if role == CRITIC:
+        return models.resolved_critic()
+    if role == REFERENCE:
+        return models.resolved_reference()
+    index = role.removeprefix(REWARD)
+    if role.startswith(REWARD) and index.isdigit() and int(index) < len(models.reward_models):
+        return models.reward_models[int(index)]
+    raise KeyError(f"role {role!r} has no model source")
 
 
 def _shared(name: str, devices: int, roles: list[tuple[str, int]]) -> GroupPlan:

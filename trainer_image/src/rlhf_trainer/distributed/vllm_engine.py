@@ -31,6 +31,9 @@ class EngineSettings:
     threads: int = 0
     # Hybrid engine on GPUs: free vLLM's memory while the models train (not on CPUs).
     enable_sleep: bool = False
+    # The actor's `models.actor.revision` / `trustRemoteCode` (model and tokenizer alike).
+    revision: str | None = None
+    trust_remote_code: bool = False
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,32 @@ class Generated:
     finish_reason: str
 
 
+def llm_kwargs(settings: EngineSettings) -> dict[str, Any]:
+    """The arguments of vLLM's `LLM(...)` for `settings` (pure)."""
+    kwargs: dict[str, Any] = {}
+    if settings.kv_cache_bytes is not None and not settings.on_gpu:
+        kwargs["kv_cache_memory_bytes"] = settings.kv_cache_bytes
+    if settings.revision is not None:
+        kwargs["revision"] = kwargs["tokenizer_revision"] = settings.revision
+    return {
+        "model": settings.model_dir,
+        "dtype": settings.dtype,
+        "seed": settings.seed,
+        "max_model_len": settings.max_model_len,
+        "gpu_memory_utilization": settings.gpu_memory_utilization,
+        "enforce_eager": settings.enforce_eager,
+        "worker_extension_cls": EXTENSION,
+        # Cached prefixes make numerics depend on what ran before; off for exact resume.
+        "enable_prefix_caching": not settings.deterministic,
+        "enable_sleep_mode": settings.enable_sleep,
+        # Sampling log-probs of the distribution sampled from (after temperature, top-k,
+        # top-p): async rollout's behaviour policy in the importance ratio.
+        "logprobs_mode": "processed_logprobs",
+        "trust_remote_code": settings.trust_remote_code,
+        **kwargs,
+    }
+
+
 class VLLMEngine:
     """Ray actor body (see `groups.RoleGroup`); one vLLM `LLM` per actor."""
 
@@ -70,25 +99,7 @@ class VLLMEngine:
             torch.set_num_threads(settings.threads)
         from vllm import LLM
 
-        kwargs: dict[str, Any] = {}
-        if settings.kv_cache_bytes is not None and not settings.on_gpu:
-            kwargs["kv_cache_memory_bytes"] = settings.kv_cache_bytes
-        self.llm = LLM(
-            model=settings.model_dir,
-            dtype=settings.dtype,  # type: ignore[arg-type]
-            seed=settings.seed,
-            max_model_len=settings.max_model_len,
-            gpu_memory_utilization=settings.gpu_memory_utilization,
-            enforce_eager=settings.enforce_eager,
-            worker_extension_cls=EXTENSION,
-            # Cached prefixes make numerics depend on what ran before; off for exact resume.
-            enable_prefix_caching=not settings.deterministic,
-            enable_sleep_mode=settings.enable_sleep,
-            # Sampling log-probs of the distribution sampled from (after temperature, top-k,
-            # top-p): async rollout's behaviour policy in the importance ratio.
-            logprobs_mode="processed_logprobs",
-            **kwargs,
-        )
+        self.llm = LLM(**llm_kwargs(settings))
 
     def ping(self) -> int:
         return os.getpid()

@@ -43,7 +43,12 @@ def train_rollouts(
     the run's optimiser steps (the LR schedule's length) for its number of steps."""
     from rlhf_trainer.data.prompts import load_prompts
     from rlhf_trainer.distributed.cluster import ModelDirs, shutdown_ray
-    from rlhf_trainer.models.loading import load_tokenizer, model_cache_dir, resolve_model_dir
+    from rlhf_trainer.models.loading import (
+        LoadOptions,
+        load_tokenizer,
+        model_cache_dir,
+        resolve_model_dir,
+    )
     from rlhf_trainer.models.tiny import ModelKind
 
     from .driver import Hooks
@@ -67,7 +72,7 @@ def train_rollouts(
     if agent is not None and agent.path is not None:
         agent_cls = load_agent_class(resolve_path(agent.path, base, "rollout.agent.path"))
 
-    tokenizer = load_tokenizer(actor_dir)
+    tokenizer = load_tokenizer(actor_dir, LoadOptions.of(models.actor))
     prompts = load_prompts(cfg.data, tokenizer, base, cfg.training.seed)
     steps = total_steps(cfg, len(prompts))
     scorer = open_scorer(cfg, base)

@@ -9,8 +9,10 @@ what was tried and why it may have failed (typically: a Hub id on a machine with
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +25,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from rlhf_trainer.config import ModelSource, TrainingConfig
+from rlhf_trainer.config import AttnImplementation, ModelSource, TrainingConfig
 
 from .tiny import ModelKind, build_record, build_tiny_model
 from .value import ValueModel, init_value_head
@@ -33,6 +35,51 @@ _PATH_PREFIXES = ("./", "../", "~", ".\\", "..\\")
 
 class ModelLoadError(RuntimeError):
     """A model or tokenizer could not be loaded; the message says what was tried."""
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """What `from_pretrained` gets besides the path, for one model (and its tokenizer).
+
+    `revision` and `trust_remote_code` come from the model's source (`models.*`);
+    `attn_implementation` from `training.attnImplementation`, resolved for the device
+    (`attention_kernel`); None leaves transformers' own choice.
+    """
+
+    revision: str | None = None
+    trust_remote_code: bool = False
+    attn_implementation: str | None = None
+
+    @classmethod
+    def of(cls, source: ModelSource, attn_implementation: str | None = None) -> LoadOptions:
+        # A random-init build is a local directory of ours: no revision, no remote code.
+        revision = source.revision if source.pretrained is not None else None
+        return cls(revision, source.trust_remote_code, attn_implementation)
+
+    def tokenizer_kwargs(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"trust_remote_code": self.trust_remote_code}
+        if self.revision is not None:
+            out["revision"] = self.revision
+        return out
+
+    def model_kwargs(self) -> dict[str, Any]:
+        out = self.tokenizer_kwargs()
+        if self.attn_implementation is not None:
+            out["attn_implementation"] = self.attn_implementation
+        return out
+
+
+def attention_kernel(choice: AttnImplementation, *, on_gpu: bool) -> str:
+    """transformers' `attn_implementation` for `training.attnImplementation` on this device.
+
+    `auto` takes FlashAttention-2 on GPUs when the `flash_attn` package is importable (its
+    varlen kernels skip the work between packed sequences), else PyTorch's sdpa.
+    """
+    if choice is not AttnImplementation.AUTO:
+        return choice.value
+    if on_gpu and importlib.util.find_spec("flash_attn") is not None:
+        return AttnImplementation.FLASH_ATTENTION_2.value
+    return AttnImplementation.SDPA.value
 
 
 def model_cache_dir() -> Path:
@@ -115,10 +162,13 @@ def _dtype(dtype: torch.dtype | str) -> torch.dtype:
     return value
 
 
-def load_tokenizer(path: str | Path, **kwargs: Any) -> PreTrainedTokenizerBase:
+def load_tokenizer(
+    path: str | Path, options: LoadOptions | None = None, **kwargs: Any
+) -> PreTrainedTokenizerBase:
     """The model's tokenizer; a missing pad token falls back to eos (left padding for prompts)."""
+    extra = (options or LoadOptions()).tokenizer_kwargs()
     try:
-        tok = AutoTokenizer.from_pretrained(str(path), **kwargs)
+        tok = AutoTokenizer.from_pretrained(str(path), **extra, **kwargs)
     except (OSError, ValueError) as err:
         raise ModelLoadError(f"cannot load tokenizer: {_load_hint(str(path))}: {err}") from err
     if tok.pad_token is None:
@@ -128,23 +178,29 @@ def load_tokenizer(path: str | Path, **kwargs: Any) -> PreTrainedTokenizerBase:
 
 
 def load_causal_lm(
-    path: str | Path, dtype: torch.dtype | str = torch.float32, **kwargs: Any
+    path: str | Path,
+    dtype: torch.dtype | str = torch.float32,
+    options: LoadOptions | None = None,
+    **kwargs: Any,
 ) -> PreTrainedModel:
     """The actor / reference policy: `AutoModelForCausalLM.from_pretrained(path)`."""
+    extra = (options or LoadOptions()).model_kwargs()
     try:
         model: PreTrainedModel = AutoModelForCausalLM.from_pretrained(
-            str(path), dtype=_dtype(dtype), **kwargs
+            str(path), dtype=_dtype(dtype), **extra, **kwargs
         )
     except (OSError, ValueError) as err:
         raise ModelLoadError(f"cannot load causal LM: {_load_hint(str(path))}: {err}") from err
     return model
 
 
-def load_trainable_causal_lm(path: str | Path, training: TrainingConfig) -> Any:
+def load_trainable_causal_lm(
+    path: str | Path, training: TrainingConfig, options: LoadOptions | None = None
+) -> Any:
     """A causal LM ready to train in fp32 master weights: gradient checkpointing and LoRA
     (peft) applied as `training` asks. The actor of the online loop and the model of the
     offline trainers both start here."""
-    model: Any = load_causal_lm(path, dtype=torch.float32)
+    model: Any = load_causal_lm(path, dtype=torch.float32, options=options)
     if training.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False
@@ -168,6 +224,7 @@ def load_trainable_causal_lm(path: str | Path, training: TrainingConfig) -> Any:
 def load_value_model(
     path: str | Path,
     dtype: torch.dtype | str = torch.float32,
+    options: LoadOptions | None = None,
     *,
     head_seed: int = 0,
     **kwargs: Any,
@@ -177,9 +234,15 @@ def load_value_model(
     From a sequence-classification checkpoint the trained `score` head is loaded; from a causal
     LM only the backbone is, and the head is initialised from `head_seed` (deterministic).
     """
+    extra = (options or LoadOptions()).model_kwargs()
     try:
         hf, info = AutoModelForSequenceClassification.from_pretrained(
-            str(path), dtype=_dtype(dtype), num_labels=1, output_loading_info=True, **kwargs
+            str(path),
+            dtype=_dtype(dtype),
+            num_labels=1,
+            output_loading_info=True,
+            **extra,
+            **kwargs,
         )
     except (OSError, ValueError) as err:
         raise ModelLoadError(f"cannot load value model: {_load_hint(str(path))}: {err}") from err

@@ -54,11 +54,21 @@ class ValueModel(nn.Module):
             raise TypeError("score head is not nn.Linear")
         return head
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
-        """Per-token values `[B, T]` (float32) for every position of `input_ids`."""
-        position_ids = None if attention_mask is None else position_ids_from_mask(attention_mask)
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        position_ids: Tensor | None = None,
+    ) -> Tensor:
+        """Per-token values `[B, T]` (float32) for every position of `input_ids`; without a
+        mask, `position_ids` say where sequences start (packed rows, see `models.packing`)."""
+        if position_ids is None and attention_mask is not None:
+            position_ids = position_ids_from_mask(attention_mask)
         hidden = self.hf.base_model(
-            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            use_cache=False,
         ).last_hidden_state
         values: Tensor = self.head(hidden).squeeze(-1).float()
         return values

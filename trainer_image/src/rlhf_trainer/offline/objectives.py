@@ -3,6 +3,8 @@
 The trained ranks and the frozen reference ranks compute sequence log-probs with the very same
 function (`sequence_logps_of`), so before the first update the policy's log-ratio to the
 reference is zero up to float noise, as DPO and KTO assume. Statistics are detached tensors.
+With `packed` (`training.packingSamples`) a forward runs on the real tokens only, as one row,
+and its outputs come back in the padded layout (`rlhf_trainer.models.packing`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from rlhf_trainer.algos.losses import (
     sft_loss,
 )
 from rlhf_trainer.config import AlgorithmConfig
+from rlhf_trainer.models.packing import causal_lm_logits, token_values
 from rlhf_trainer.models.value import gather_last_real
 
 from .kinds import OfflineSpec
@@ -31,38 +34,42 @@ def flat(batch: dict[str, Tensor], key: str) -> Tensor:
     return value.reshape(-1, value.shape[-1])
 
 
-def causal_logits(model: nn.Module, batch: dict[str, Tensor]) -> Tensor:
-    """`[B * K, L, V]` logits of a causal LM (or a DeepSpeed engine around one)."""
-    out = model(
-        input_ids=flat(batch, "input_ids"),
-        attention_mask=flat(batch, "attention_mask"),
-        use_cache=False,
+def causal_logits(model: nn.Module, batch: dict[str, Tensor], *, packed: bool = False) -> Tensor:
+    """`[B * K, L - 1, V]` logits of a causal LM (or a DeepSpeed engine around one) at every
+    position but the last: the logits at t score token t + 1."""
+    return causal_lm_logits(
+        model,
+        flat(batch, "input_ids"),
+        flat(batch, "attention_mask"),
+        packed=packed,
+        columns=slice(None, -1),
     )
-    logits: Tensor = out.logits
-    return logits
 
 
-def sequence_logps_of(model: nn.Module, batch: dict[str, Tensor], *, average: bool) -> Tensor:
+def sequence_logps_of(
+    model: nn.Module, batch: dict[str, Tensor], *, average: bool, packed: bool = False
+) -> Tensor:
     """`[B, K]` log-probs of each response (sum, or mean with `average`) under `model`."""
     ids = flat(batch, "input_ids")
-    # Logits at position t score token t + 1: compare shifted by one.
-    token_logps = log_probs_from_logits(causal_logits(model, batch)[:, :-1], ids[:, 1:])
+    token_logps = log_probs_from_logits(causal_logits(model, batch, packed=packed), ids[:, 1:])
     seq = sequence_logps(token_logps, flat(batch, "loss_mask")[:, 1:], average=average)
     return seq.reshape(batch["input_ids"].shape[:2])
 
 
-def sft_objective(model: nn.Module, batch: dict[str, Tensor]) -> tuple[Tensor, Stats]:
+def sft_objective(
+    model: nn.Module, batch: dict[str, Tensor], *, packed: bool = False
+) -> tuple[Tensor, Stats]:
     """Mean negative log-likelihood of the response tokens (the prompt is masked out)."""
     ids = flat(batch, "input_ids")
     mask = flat(batch, "loss_mask")[:, 1:]
-    loss = sft_loss(causal_logits(model, batch)[:, :-1], ids[:, 1:], mask)
+    loss = sft_loss(causal_logits(model, batch, packed=packed), ids[:, 1:], mask)
     return loss, {"loss": loss.detach()}
 
 
-def sequence_scores(model: nn.Module, batch: dict[str, Tensor]) -> Tensor:
+def sequence_scores(model: nn.Module, batch: dict[str, Tensor], *, packed: bool = False) -> Tensor:
     """`[B, K]` scores of a value model: its value at each sequence's last real token."""
     mask = flat(batch, "attention_mask")
-    values: Tensor = model(flat(batch, "input_ids"), mask)
+    values = token_values(model, flat(batch, "input_ids"), mask, packed=packed)
     return gather_last_real(values, mask).reshape(batch["input_ids"].shape[:2])
 
 

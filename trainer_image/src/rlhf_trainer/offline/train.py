@@ -36,7 +36,12 @@ def train_offline(ctx: RunContext) -> RunResult:
 
     from rlhf_trainer.distributed.cluster import shutdown_ray
     from rlhf_trainer.distributed.workers.offline import OfflineCluster
-    from rlhf_trainer.models.loading import load_tokenizer, model_cache_dir, resolve_model_dir
+    from rlhf_trainer.models.loading import (
+        LoadOptions,
+        load_tokenizer,
+        model_cache_dir,
+        resolve_model_dir,
+    )
 
     from .collate import collate
     from .driver import OfflineTrainer
@@ -49,7 +54,7 @@ def train_offline(ctx: RunContext) -> RunResult:
     reference_dir = None
     if spec.needs_reference:
         reference_dir = resolve_model_dir(cfg.models.resolved_reference(), cache, "causal-lm", base)
-    tokenizer = load_tokenizer(model_dir)
+    tokenizer = load_tokenizer(model_dir, LoadOptions.of(cfg.models.actor))
     dataset = load_dataset(spec, cfg, tokenizer, base)
     steps = total_steps(cfg, len(dataset))
     collate_fn = partial(

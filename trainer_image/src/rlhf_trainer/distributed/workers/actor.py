@@ -46,11 +46,12 @@ class ActorWorker(TrainedRank):
         from rlhf_trainer.models.loading import load_trainable_causal_lm
 
         t = self.settings.job.training
-        model = load_trainable_causal_lm(self.settings.model_dir, t)
+        model = load_trainable_causal_lm(self.settings.model_dir, t, self.load_options())
         optim = OptimSpec(t.actor_learning_rate, self.settings.total_optimizer_steps)
         self.engine = init_train_engine(
             model, t, optim, self.world_size, on_gpu=self.settings.on_gpu
         )
+        self.check_packing(self.engine)
         return count_params(model)
 
     # --- experience -----------------------------------------------------------------------
@@ -59,7 +60,9 @@ class ActorWorker(TrainedRank):
         self.engine.eval()
         size = self.settings.job.training.micro_rollout_batch_size
         return chunked(
-            lambda micro: action_log_probs(self.engine, self.to_device(micro), self.temperature)[0],
+            lambda micro: action_log_probs(
+                self.engine, self.to_device(micro), self.temperature, packed=self.packed
+            )[0],
             batch,
             size,
         ).cpu()
@@ -75,6 +78,7 @@ class ActorWorker(TrainedRank):
                 self.temperature,
                 with_entropy=True,
                 entropy_grad=settings.entropy_coef > 0,
+                packed=self.packed,
             )
             return policy_objective(
                 logp,
@@ -103,7 +107,7 @@ class ActorWorker(TrainedRank):
         if sampling.stop:  # HF matches stop strings on text
             from rlhf_trainer.models.loading import load_tokenizer
 
-            tokenizer = load_tokenizer(self.settings.model_dir)
+            tokenizer = load_tokenizer(self.settings.model_dir, self.load_options())
         return generate_responses(
             unwrap(self.engine),
             prompts,
@@ -165,4 +169,4 @@ class ActorWorker(TrainedRank):
         base.save_pretrained(directory, state_dict=weights)
         from rlhf_trainer.models.loading import load_tokenizer
 
-        load_tokenizer(tokenizer_dir).save_pretrained(directory)
+        load_tokenizer(tokenizer_dir, self.load_options()).save_pretrained(directory)

@@ -12,11 +12,16 @@ import random
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from rlhf_trainer.config import JobConfig
+
+from ..plan import role_source
+
+if TYPE_CHECKING:
+    from rlhf_trainer.models.loading import LoadOptions
 
 
 @dataclass(frozen=True)
@@ -117,6 +122,46 @@ class RankBase:
     @property
     def dtype(self) -> torch.dtype:
         return torch.bfloat16 if self.settings.job.training.bf16 else torch.float32
+
+    # --- models ---------------------------------------------------------------------------
+    @property
+    def packed(self) -> bool:
+        """Whether forward passes run on packed rows (`training.packingSamples`)."""
+        return self.settings.job.training.packing_samples
+
+    def load_options(self) -> LoadOptions:
+        """`from_pretrained` options of this role's model: the source's revision and remote
+        code, and the attention kernel for this device."""
+        from rlhf_trainer.models.loading import LoadOptions, attention_kernel
+
+        job = self.settings.job
+        kernel = attention_kernel(job.training.attn_implementation, on_gpu=self.settings.on_gpu)
+        return LoadOptions.of(role_source(job, self.role), kernel)
+
+    def check_packing(self, model: torch.nn.Module, *, value_model: bool = False) -> None:
+        """With packing on, prove before training that `model` keeps packed sequences apart
+        (every rank runs it: under ZeRO-3 the forward is collective)."""
+        if not self.packed:
+            return
+        from rlhf_trainer.models.packing import check_packing
+
+        from ..weights import unwrap
+
+        def forward(ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+            if value_model:
+                values: torch.Tensor = model(ids, None, positions)
+                return values
+            out = model(input_ids=ids, attention_mask=None, position_ids=positions, use_cache=False)
+            logits: torch.Tensor = out.logits
+            return logits
+
+        was_training = model.training
+        model.eval()
+        try:
+            config: Any = unwrap(model).config
+            check_packing(forward, int(config.vocab_size), self.device)
+        finally:
+            model.train(was_training)
 
 
 def count_params(model: torch.nn.Module) -> int:

@@ -29,7 +29,9 @@ class CriticWorker(TrainedRank):
         from rlhf_trainer.models.loading import load_value_model
 
         t = self.settings.job.training
-        model = load_value_model(self.settings.model_dir, dtype=torch.float32, head_seed=t.seed)
+        model = load_value_model(
+            self.settings.model_dir, torch.float32, self.load_options(), head_seed=t.seed
+        )
         if t.gradient_checkpointing:
             model.gradient_checkpointing_enable(
                 gradient_checkpointing_kwargs={"use_reentrant": False}
@@ -38,20 +40,23 @@ class CriticWorker(TrainedRank):
         self.engine = init_train_engine(
             model, t, optim, self.world_size, on_gpu=self.settings.on_gpu
         )
+        self.check_packing(self.engine, value_model=True)
         return count_params(model)
 
     def values(self, batch: dict[str, Tensor]) -> Tensor:
         self.engine.eval()
         size = self.settings.job.training.micro_rollout_batch_size
         return chunked(
-            lambda micro: action_values(self.engine, self.to_device(micro)), batch, size
+            lambda micro: action_values(self.engine, self.to_device(micro), packed=self.packed),
+            batch,
+            size,
         ).cpu()
 
     def train(self, shard: dict[str, Tensor], step: int) -> dict[str, float]:
         clip = self.settings.job.algorithm.value_clip
 
         def micro_loss(micro: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
-            values = action_values(self.engine, micro)
+            values = action_values(self.engine, micro, packed=self.packed)
             return critic_objective(
                 values, micro["old_values"], micro["returns"], micro["action_mask"], clip=clip
             )
@@ -74,4 +79,4 @@ class CriticWorker(TrainedRank):
         )
         from rlhf_trainer.models.loading import load_tokenizer
 
-        load_tokenizer(tokenizer_dir).save_pretrained(directory)
+        load_tokenizer(tokenizer_dir, self.load_options()).save_pretrained(directory)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from rlhf_trainer.models.packing import token_values
 from rlhf_trainer.models.value import gather_last_real
 
 from ..forward import action_log_probs, chunked
@@ -20,15 +21,18 @@ class ReferenceWorker(RankBase):
     def build(self) -> int:
         from rlhf_trainer.models.loading import load_causal_lm
 
-        model = load_causal_lm(self.settings.model_dir, dtype=self.dtype)
+        model = load_causal_lm(self.settings.model_dir, self.dtype, self.load_options())
         self.model = init_eval_engine(model, self.settings.job.training, self.world_size)
+        self.check_packing(self.model)
         return count_params(model)
 
     def log_probs(self, batch: dict[str, Tensor]) -> Tensor:
         temperature = self.settings.job.rollout.temperature
         size = self.settings.job.training.micro_rollout_batch_size
         return chunked(
-            lambda micro: action_log_probs(self.model, self.to_device(micro), temperature)[0],
+            lambda micro: action_log_probs(
+                self.model, self.to_device(micro), temperature, packed=self.packed
+            )[0],
             batch,
             size,
         ).cpu()
@@ -38,8 +42,9 @@ class RewardModelWorker(RankBase):
     def build(self) -> int:
         from rlhf_trainer.models.loading import load_value_model
 
-        model = load_value_model(self.settings.model_dir, dtype=self.dtype)
+        model = load_value_model(self.settings.model_dir, self.dtype, self.load_options())
         self.model = init_eval_engine(model, self.settings.job.training, self.world_size)
+        self.check_packing(self.model, value_model=True)
         return count_params(model)
 
     @torch.no_grad()
@@ -51,6 +56,6 @@ class RewardModelWorker(RankBase):
         for start in range(0, rows, size):
             ids = batch["input_ids"][start : start + size].to(self.device)
             mask = batch["attention_mask"][start : start + size].to(self.device)
-            values = self.model(ids, mask)
+            values = token_values(self.model, ids, mask, packed=self.packed)
             out.append(gather_last_real(values, mask).float().cpu())
         return torch.cat(out) if out else torch.zeros(0)

@@ -71,7 +71,9 @@ class OfflineTrainRank(TrainedRank):
             from rlhf_trainer.models.loading import load_value_model
 
             # From a causal LM only the backbone loads and the head is seeded (deterministic).
-            model = load_value_model(self.settings.model_dir, dtype=torch.float32, head_seed=t.seed)
+            model = load_value_model(
+                self.settings.model_dir, torch.float32, self.load_options(), head_seed=t.seed
+            )
             if t.gradient_checkpointing:
                 model.gradient_checkpointing_enable(
                     gradient_checkpointing_kwargs={"use_reentrant": False}
@@ -82,12 +84,15 @@ class OfflineTrainRank(TrainedRank):
         self.engine = init_train_engine(
             model, t, optim, self.world_size, on_gpu=self.settings.on_gpu
         )
+        self.check_packing(self.engine, value_model=self.spec.model_kind == "reward")
         return count_params(model)
 
     def _causal_lm(self) -> Any:
         from rlhf_trainer.models.loading import load_trainable_causal_lm
 
-        return load_trainable_causal_lm(self.settings.model_dir, self.settings.job.training)
+        return load_trainable_causal_lm(
+            self.settings.model_dir, self.settings.job.training, self.load_options()
+        )
 
     # --- one optimiser step ---------------------------------------------------------------
     def train_step(self, shard: dict[str, Tensor], step: int) -> dict[str, float]:
@@ -140,10 +145,13 @@ class OfflineTrainRank(TrainedRank):
     def objective(self, part: dict[str, Tensor]) -> tuple[Tensor, Stats]:
         spec, algo = self.spec, self.settings.job.algorithm
         if spec.kind is TrainerKind.SFT:
-            return sft_objective(self.engine, part)
+            return sft_objective(self.engine, part, packed=self.packed)
         if spec.kind is TrainerKind.REWARD_MODEL:
-            return reward_model_objective(sequence_scores(self.engine, part), algo.margin)
-        policy = sequence_logps_of(self.engine, part, average=spec.average_logps)
+            scores = sequence_scores(self.engine, part, packed=self.packed)
+            return reward_model_objective(scores, algo.margin)
+        policy = sequence_logps_of(
+            self.engine, part, average=spec.average_logps, packed=self.packed
+        )
         if spec.kind is TrainerKind.PREFERENCE:
             return preference_objective(policy, part["ref_logps"], spec, algo)
         kl = self._mean_over_ranks(kl_reference_point(policy, part["ref_logps"]))
@@ -191,7 +199,7 @@ class OfflineTrainRank(TrainedRank):
             base.save_pretrained(directory, state_dict=weights)
         from rlhf_trainer.models.loading import load_tokenizer
 
-        load_tokenizer(tokenizer_dir).save_pretrained(directory)
+        load_tokenizer(tokenizer_dir, self.load_options()).save_pretrained(directory)
 
 
 class OfflineReferenceRank(RankBase):
@@ -199,8 +207,9 @@ class OfflineReferenceRank(RankBase):
         from rlhf_trainer.models.loading import load_causal_lm
 
         self.spec = offline_spec(self.settings.job)
-        model = load_causal_lm(self.settings.model_dir, dtype=self.dtype)
+        model = load_causal_lm(self.settings.model_dir, self.dtype, self.load_options())
         self.model = init_eval_engine(model, self.settings.job.training, self.world_size)
+        self.check_packing(self.model)
         return count_params(model)
 
     def sequence_logps(self, shard: dict[str, Tensor], micro_steps: int) -> Tensor:
@@ -225,7 +234,9 @@ def micro_sequence_logps(
             chunk = {k: v[start : start + size] for k, v in shard.items()}
         else:  # a pass only to keep the ranks in step; its result is dropped
             chunk = {k: v[:1] for k, v in shard.items()}
-        logps = sequence_logps_of(model, rank.to_device(trim_right(chunk)), average=average)
+        logps = sequence_logps_of(
+            model, rank.to_device(trim_right(chunk)), average=average, packed=rank.packed
+        )
         if start < rows:
             parts.append(logps.float().cpu())
     return torch.cat(parts)
