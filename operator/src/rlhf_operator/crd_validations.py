@@ -74,6 +74,7 @@ RULES: dict[str, list[Rule]] = {
     "spec.models.actor": [_EXACTLY_ONE_MODEL_SOURCE],
     "spec.models.critic": [_EXACTLY_ONE_MODEL_SOURCE],
     "spec.models.reference": [_EXACTLY_ONE_MODEL_SOURCE],
+    "spec.models.teacher": [_EXACTLY_ONE_MODEL_SOURCE],
     "spec.models.rewardModels[]": [_EXACTLY_ONE_MODEL_SOURCE],
     "spec.models.rewardFunction": [
         {
@@ -156,6 +157,14 @@ RULES: dict[str, list[Rule]] = {
             f"self.algorithm.name in {NO_REFERENCE} || "
             "self.placement.actorGpus == self.placement.referenceGpus",
             "message": "placement.colocateActorReference needs actorGpus == referenceGpus",
+            "fieldPath": ".placement.colocateActorReference",
+        },
+        {
+            "rule": "!self.placement.colocateActorReference || "
+            "self.algorithm.name != 'distillation' || "
+            "self.placement.actorGpus == self.placement.teacherGpus",
+            "message": "placement.colocateActorReference needs actorGpus == teacherGpus for "
+            "distillation",
             "fieldPath": ".placement.colocateActorReference",
         },
     ],

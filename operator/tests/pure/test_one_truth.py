@@ -187,7 +187,16 @@ def test_every_example_and_the_readme_job_validate_and_plan(tmp_path: Path) -> N
 # --- the operator's GPUs == the trainer's devices, over generated specs ---------------------
 
 ONLINE_ALGORITHMS = ["ppo", "grpo", "rloo", "reinforce++", "rejection-sampling", "iterative-dpo"]
-ALGORITHMS = [*ONLINE_ALGORITHMS, "sft", "dpo", "kto", "reward-model"]
+ALGORITHMS = [
+    *ONLINE_ALGORITHMS,
+    "sft",
+    "dpo",
+    "kto",
+    "reward-model",
+    "conditional-sft",
+    "distillation",
+    "prm",
+]
 
 
 @st.composite
@@ -201,6 +210,8 @@ def specs(draw: st.DrawFn) -> dict[str, Any]:
         models["rewardModels"] = [{"pretrained": f"org/rm-{i}"} for i in range(reward_models)]
     elif online:
         models["rewardFunction"] = {"builtin": "repeat-letter"}
+    if algorithm == "distillation":
+        models["teacher"] = {"pretrained": "org/teacher"}
     colocate_all = draw(st.booleans())
     actor = draw(counts)
     placement = {
@@ -208,6 +219,7 @@ def specs(draw: st.DrawFn) -> dict[str, Any]:
         "actorGpus": actor,
         "criticGpus": actor if colocate_all else draw(counts),
         "referenceGpus": actor if colocate_all else draw(counts),
+        "teacherGpus": actor if colocate_all else draw(counts),
         "rewardGpus": actor if colocate_all else draw(counts),
         "colocateActorReference": draw(st.booleans()),
         "colocateCriticReward": draw(st.booleans()),
@@ -215,7 +227,7 @@ def specs(draw: st.DrawFn) -> dict[str, Any]:
         "gpusPerNode": draw(st.sampled_from([1, 2, 4, 8])),
     }
     if placement["colocateActorReference"]:
-        placement["referenceGpus"] = actor
+        placement["referenceGpus"] = placement["teacherGpus"] = actor
     if placement["colocateCriticReward"]:
         placement["rewardGpus"] = placement["criticGpus"]
     engine = draw(st.sampled_from(["vllm", "hf"]))
@@ -313,3 +325,22 @@ def test_examples_a_cluster_cannot_take_as_written_ship_through_their_kustomizat
         assert all(config is not None for config in stages)
         if any(cluster_problems(config) for config in stages if config is not None):
             assert path in local_only_examples(), path
+
+
+def test_the_distillation_teacher_is_rendered_where_the_trainer_places_it() -> None:
+    """The teacher is a role of the shared layout: colocated with the actor in the tiny
+    example (one device group, one worker pod), on devices of its own otherwise."""
+    import yaml
+
+    from support.examples import EXAMPLES
+
+    doc = yaml.safe_load((EXAMPLES / "tiny-distillation-cpu.yaml").read_text())
+    for colocated, groups in ((True, {"actor+teacher": 1}), (False, {"actor": 1, "teacher": 2})):
+        placement = {**doc["spec"]["placement"], "colocateActorReference": colocated}
+        if not colocated:
+            placement["teacherGpus"] = 2
+        spec = {**doc["spec"], "placement": placement}
+        children = render_children(make_job(spec=spec), SETTINGS)
+        assert children.allocation.gpus_per_role == groups
+        trainer = plan_placement(JobSpec.model_validate(spec).job_config())
+        assert {g.name: g.devices for g in trainer.groups} == groups

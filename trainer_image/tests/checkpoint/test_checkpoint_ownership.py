@@ -197,7 +197,7 @@ class Cluster:
         self.updates: list[int] = []
         self.loaded: list[str] = []
 
-    def reference_logps(self, batch: dict[str, Tensor]) -> None:
+    def frozen_outputs(self, batch: dict[str, Tensor]) -> None:
         return None
 
     def train(self, batch: dict[str, Tensor], step: int) -> Done:

@@ -24,7 +24,7 @@ def test_names_match_the_trainer_registries() -> None:
     [
         ("repeat-letter", None),
         ("repeat-letter:abcd", None),
-        ("gsm8k", "'gsm8k' is unknown; available: repeat-letter"),
+        ("gsm8k", "'gsm8k' is unknown; available: corpus, repeat-letter"),
         ("repeat-letter:aab", "takes distinct letters"),
         ("repeat-letter:a1", "takes distinct letters"),
     ],

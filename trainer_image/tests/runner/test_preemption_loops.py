@@ -233,7 +233,7 @@ class OfflineCluster:
         self.hook = hook
         self.updates: list[int] = []
 
-    def reference_logps(self, batch: dict[str, Tensor]) -> None:
+    def frozen_outputs(self, batch: dict[str, Tensor]) -> None:
         return None
 
     def train(self, batch: dict[str, Tensor], step: int) -> Done:

@@ -23,7 +23,8 @@ def pod_job_config(job: RLHFJob) -> dict[str, Any]:
     config = resolve_job(job.spec.job_config()).to_manifest()
     for field, path in pod_locations(job).items():
         set_field(config, field, path)
-    sources = [*config["data"].get("train", []), *config["data"].get("eval", [])]
+    data = config["data"]
+    sources = [*data.get("train", []), *data.get("eval", []), *data.get("pretrain", [])]
     sources.append(config["models"].get("rewardFunction") or {})
     for source in sources:
         if "configMapRef" in source:

@@ -118,7 +118,7 @@ def inputs(job: RLHFJob) -> Inputs:
             if claim != own and claim not in claims:
                 claims.append(claim)
     config_maps: dict[str, list[str]] = defaultdict(list)
-    refs = [s.config_map_ref for s in [*cfg.data.train, *cfg.data.eval]]
+    refs = [s.config_map_ref for s in [*cfg.data.train, *cfg.data.eval, *cfg.data.pretrain]]
     if cfg.models.reward_function is not None:
         refs.append(cfg.models.reward_function.config_map_ref)
     for ref in refs:

@@ -8,6 +8,8 @@ Import the submodules directly; this package file stays free of imports so that 
 - `rlhf_trainer.algos.kl`: KL estimators k1/k2/k3 and the fixed/adaptive KL controllers.
 - `rlhf_trainer.algos.rewards`: reward shaping, running normalisation, clipping, overlong penalty.
 - `rlhf_trainer.algos.losses`: PPO policy/value losses, entropy, SFT, reward-model, DPO/IPO, KTO.
+- `rlhf_trainer.algos.distillation`: token-level forward / reverse KL to a teacher.
+- `rlhf_trainer.algos.prm`: process reward model loss and step-score aggregation.
 
 Conventions: `[B, T]` tensors are per token over the response, with an action mask (1 or True
 for real response tokens, 0 for padding, which may sit anywhere); `[B]` tensors are per

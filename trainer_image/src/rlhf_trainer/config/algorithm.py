@@ -7,6 +7,7 @@ from enum import StrEnum
 from pydantic import Field
 
 from .base import ConfigModel
+from .steps import StepTokens
 
 
 class AlgorithmName(StrEnum):
@@ -27,6 +28,9 @@ class AlgorithmName(StrEnum):
     IPO = "ipo"
     CDPO = "cdpo"
     KTO = "kto"
+    CONDITIONAL_SFT = "conditional-sft"
+    DISTILLATION = "distillation"
+    PRM = "prm"
 
     @property
     def is_online(self) -> bool:
@@ -49,11 +53,7 @@ class AlgorithmName(StrEnum):
 
     @property
     def needs_reference(self) -> bool:
-        return self not in {
-            AlgorithmName.SFT,
-            AlgorithmName.REWARD_MODEL,
-            AlgorithmName.REJECTION_SAMPLING,
-        }
+        return self not in NO_REFERENCE_ALGORITHMS
 
     @property
     def uses_preference_pairs(self) -> bool:
@@ -78,6 +78,18 @@ ONLINE_ALGORITHMS = frozenset(
     }
 )
 ITERATIVE_ALGORITHMS = frozenset({AlgorithmName.REJECTION_SAMPLING, AlgorithmName.ITERATIVE_DPO})
+# Trainers that compare with no frozen reference policy (rejection sampling fine-tunes on its
+# selected samples; distillation's frozen model is its teacher, a role of its own).
+NO_REFERENCE_ALGORITHMS = frozenset(
+    {
+        AlgorithmName.SFT,
+        AlgorithmName.REWARD_MODEL,
+        AlgorithmName.REJECTION_SAMPLING,
+        AlgorithmName.CONDITIONAL_SFT,
+        AlgorithmName.DISTILLATION,
+        AlgorithmName.PRM,
+    }
+)
 GROUP_ALGORITHMS = frozenset(
     {
         AlgorithmName.GRPO,
@@ -104,6 +116,17 @@ class LossAggregation(StrEnum):
     SEQ_MEAN_TOKEN_SUM_NORM = "seq-mean-token-sum-norm"
 
 
+class DistillLoss(StrEnum):
+    """Distillation's divergence between the teacher's and the student's token distributions."""
+
+    # KL(teacher || student): mean-seeking, the student covers all the teacher's modes.
+    FORWARD_KL = "forward-kl"
+    # KL(student || teacher): mode-seeking (MiniLLM, Gu et al. 2024).
+    REVERSE_KL = "reverse-kl"
+    # (1 - distillMix) x forward + distillMix x reverse.
+    MIXED = "mixed"
+
+
 class AlgorithmConfig(ConfigModel):
     """`spec.algorithm`: the algorithm and the knobs of its objective."""
 
@@ -121,6 +144,12 @@ class AlgorithmConfig(ConfigModel):
         LossAggregation.TOKEN_MEAN, description="How per-token losses are averaged."
     )
     entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus coefficient.")
+    ptx_coef: float = Field(
+        0.0,
+        ge=0,
+        description="PPO-ptx (InstructGPT): weight of the language-modelling loss on "
+        "data.pretrain batches added to the actor's loss; 0 disables it.",
+    )
 
     # --- KL regularisation towards the reference policy ---
     kl_coef: float = Field(
@@ -184,4 +213,24 @@ class AlgorithmConfig(ConfigModel):
         False,
         description="iterative-dpo: the DPO reference is the policy at the start of each "
         "round (no reference model is placed) instead of the fixed models.reference.",
+    )
+
+    # --- knowledge distillation (Hinton et al. 2015; token-level, as OpenRLHF's KD trainer) ---
+    distill_loss: DistillLoss = Field(
+        DistillLoss.FORWARD_KL, description="forward-kl | reverse-kl | mixed (distillation)."
+    )
+    distill_mix: float = Field(
+        0.5, ge=0, le=1, description="distillLoss mixed: the weight of the reverse KL."
+    )
+    distill_sft_coef: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="Weight of the NLL of the data's responses beside the KL (OpenRLHF kd_coef "
+        "is 1 minus it); 0: learn from the teacher's distributions only.",
+    )
+
+    # --- process reward model training (algorithm prm) ---
+    prm: StepTokens = Field(
+        default_factory=StepTokens, description="prm: the step separator and the label tokens."
     )

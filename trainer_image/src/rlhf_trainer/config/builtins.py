@@ -3,14 +3,16 @@
 `data.train[].builtin` names a synthetic task (`rlhf_trainer.data.builtin`) and
 `models.rewardFunction.builtin` its verifier (`rlhf_trainer.rewards.builtin`); a test keeps
 these names equal to the trainer's registries. A name may carry a parameter after a colon:
-`repeat-letter:abcd` (the letters to draw from).
+`repeat-letter:abcd` (the letters to draw from). `corpus` is text to pretrain on (PPO-ptx).
 """
 
 from __future__ import annotations
 
 REPEAT_LETTER = "repeat-letter"
 REPEAT_LETTER_DEFAULT = "ab"
-BUILTIN_TASK_NAMES = (REPEAT_LETTER,)
+# Pretraining text for PPO-ptx (`data.pretrain`): the trainer's bundled corpus.
+CORPUS = "corpus"
+BUILTIN_TASK_NAMES = (REPEAT_LETTER, CORPUS)
 BUILTIN_REWARD_NAMES = (REPEAT_LETTER,)
 
 

@@ -40,6 +40,12 @@ class DataConfig(ConfigModel):
 
     train: list[DatasetSource] = Field(min_length=1, max_length=32)
     eval: list[DatasetSource] = Field(default_factory=list, max_length=32)
+    pretrain: list[DatasetSource] = Field(
+        default_factory=list,
+        max_length=32,
+        description="PPO-ptx: pretraining text the actor keeps modelling (algorithm.ptxCoef).",
+    )
+    pretrain_key: str = Field("text", min_length=1, description="Column with pretraining text.")
     input_key: str = Field("prompt", min_length=1, description="Column with the prompt.")
     label_key: str | None = Field(
         None, description="Column passed to reward functions as the label (e.g. the answer)."
@@ -48,6 +54,19 @@ class DataConfig(ConfigModel):
     chosen_key: str = Field("chosen", min_length=1)
     rejected_key: str = Field("rejected", min_length=1)
     desirable_key: str = Field("label", min_length=1, description="KTO: desirable flag column.")
+    score_key: str = Field(
+        "score", min_length=1, description="conditional-sft: column with the sample's score."
+    )
+    score_template: str = Field(
+        "{prompt} <rm_score>: {score}",
+        min_length=1,
+        description="conditional-sft: how a prompt is conditioned on a score (SteerLM); the "
+        "same template with the desired score conditions the trained model at inference.",
+    )
+    steps_key: str = Field("steps", min_length=1, description="prm: column with the steps.")
+    step_labels_key: str = Field(
+        "step_labels", min_length=1, description="prm: column with each step's good/bad flag."
+    )
     apply_chat_template: bool = Field(
         True, description="Wrap prompts in the tokenizer's chat template."
     )

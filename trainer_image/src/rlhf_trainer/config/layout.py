@@ -1,13 +1,15 @@
 """Where a job's roles run: one pure plan that the operator, the trainer and `rlhf plan` share.
 
 1. `role_devices`: the roles this spec really runs and the devices each needs. A role the spec
-   does not use gets nothing: no reference without a KL term (`algorithm.klCoef: 0`), for SFT,
-   reward-model training and rejection sampling, or with `algorithm.refreshReference`; no
-   critic outside PPO, no reward devices without reward models, no rollout devices with
-   `rollout.engine: hf` (it generates with the actor's own model).
-2. Colocation merges roles into device groups that share the same devices: actor+reference,
-   critic+reward, or everything (the hybrid engine, `colocateAll`). Several reward models share
-   the reward devices (each is its own data-parallel group on them).
+   does not use gets nothing: no reference without a KL term (`algorithm.klCoef: 0`), for the
+   SFT-like trainers, reward-model training and rejection sampling, or with
+   `algorithm.refreshReference`; a teacher for distillation only; no critic outside PPO, no
+   reward devices without reward models, no rollout devices with `rollout.engine: hf` (it
+   generates with the actor's own model).
+2. Colocation merges roles into device groups that share the same devices: actor+reference
+   (or distillation's actor+teacher: `colocateActorReference`), critic+reward, or everything
+   (the hybrid engine, `colocateAll`). Several reward models share the reward devices (each
+   is its own data-parallel group on them).
 3. Groups are cut into placement units: one device per DeepSpeed rank, `tensorParallelSize`
    devices per vLLM engine (an engine's tensor-parallel ranks must share a node).
 4. Units are packed first-fit-decreasing into pods of `placement.gpusPerNode` devices; pods
@@ -42,6 +44,7 @@ from .roles import (
     REWARD,
     ROLE_ORDER,
     ROLLOUT,
+    TEACHER,
     active_roles,
 )
 
@@ -148,6 +151,7 @@ def role_devices(cfg: JobConfig) -> dict[str, int]:
     counts = {
         ACTOR: p.actor_gpus,
         REFERENCE: p.reference_gpus,
+        TEACHER: p.teacher_gpus,
         CRITIC: p.critic_gpus,
         REWARD: p.reward_gpus,
         ROLLOUT: r.num_engines * r.tensor_parallel_size,
@@ -167,6 +171,7 @@ def _colocated(cfg: JobConfig, roles: dict[str, int]) -> list[tuple[str, ...]]:
     pairs: list[tuple[str, ...]] = []
     for enabled, pair in (
         (p.colocate_actor_reference, (ACTOR, REFERENCE)),
+        (p.colocate_actor_reference, (ACTOR, TEACHER)),
         (p.colocate_critic_reward, (CRITIC, REWARD)),
     ):
         if enabled and all(r in roles for r in pair):

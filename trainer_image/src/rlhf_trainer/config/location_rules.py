@@ -25,7 +25,8 @@ HOW_TO_SHIP = (
 
 def file_locations(cfg: JobConfig) -> Iterator[tuple[str, str]]:
     """(camelCase field, value) of every file or directory location the job names."""
-    for which, sources in (("train", cfg.data.train), ("eval", cfg.data.eval)):
+    data = cfg.data
+    for which, sources in (("train", data.train), ("eval", data.eval), ("pretrain", data.pretrain)):
         for i, source in enumerate(sources):
             if source.path is not None:
                 yield f"data.{which}[{i}].path", source.path
@@ -39,6 +40,7 @@ def model_locations(cfg: JobConfig) -> Iterator[tuple[str, str]]:
     """(camelCase field, value) of every `pretrained` model location."""
     m = cfg.models
     named = [("actor", m.actor), ("critic", m.critic), ("reference", m.reference)]
+    named += [("teacher", m.teacher)]
     named += [(f"rewardModels[{i}]", rm) for i, rm in enumerate(m.reward_models)]
     for field, source in named:
         if source is not None and source.pretrained is not None:

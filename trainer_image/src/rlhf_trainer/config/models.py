@@ -9,6 +9,7 @@ from pydantic import Field, model_validator
 
 from .base import ConfigModel
 from .refs import ConfigMapKeyRef, SecretKeyRef
+from .steps import ProcessReward
 
 # The trainer reads the remote reward's token from here; on a cluster the operator fills it
 # from `models.remoteReward.authSecret`.
@@ -95,6 +96,9 @@ class RewardModel(ModelSource):
     """A sequence-scoring model (HF sequence classification or a value-head model)."""
 
     weight: float = Field(1.0, gt=0, description="Weight of this model's score in the sum.")
+    process: ProcessReward | None = Field(
+        None, description="A process reward model (trained by algorithm prm): how it scores."
+    )
 
 
 class RewardErrorPolicy(StrEnum):
@@ -212,6 +216,9 @@ class ModelsConfig(ConfigModel):
         None, description="Value model (PPO). Default: the first reward model, else the actor."
     )
     reference: ModelSource | None = Field(None, description="Reference policy. Default: actor.")
+    teacher: ModelSource | None = Field(
+        None, description="Distillation: the frozen teacher (same vocabulary as the actor)."
+    )
     reward_models: list[RewardModel] = Field(default_factory=list, max_length=16)
     reward_function: RewardFunction | None = None
     remote_reward: RemoteReward | None = None

@@ -93,10 +93,15 @@ class PlacementConfig(ConfigModel):
     actor_gpus: int = Field(1, ge=1, le=4096)
     critic_gpus: int = Field(1, ge=1, le=4096)
     reference_gpus: int = Field(1, ge=1, le=4096)
+    teacher_gpus: int = Field(1, ge=1, le=4096, description="Devices for a distillation teacher.")
     reward_gpus: int = Field(
         1, ge=1, le=4096, description="Devices for the reward model(s), shared when several."
     )
-    colocate_actor_reference: bool = Field(False, description="Actor and reference share devices.")
+    colocate_actor_reference: bool = Field(
+        False,
+        description="Actor and the frozen model it is compared with (the reference, or a "
+        "distillation teacher) share devices.",
+    )
     colocate_critic_reward: bool = Field(False, description="Critic and reward share devices.")
     colocate_all: bool = Field(
         False, description="Hybrid engine: all models and vLLM engines share the same devices."

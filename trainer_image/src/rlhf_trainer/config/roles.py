@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .algorithm import AlgorithmName
 from .rollout import RolloutEngine
 
 if TYPE_CHECKING:
     from .job import JobConfig
 
 ACTOR, REFERENCE, CRITIC, REWARD, ROLLOUT = "actor", "reference", "critic", "reward", "rollout"
+# Distillation's frozen teacher: placed like the reference (its own devices, or the actor's).
+TEACHER = "teacher"
 # Canonical order of roles in group names and listings.
-ROLE_ORDER = (ACTOR, REFERENCE, CRITIC, REWARD, ROLLOUT)
+ROLE_ORDER = (ACTOR, REFERENCE, TEACHER, CRITIC, REWARD, ROLLOUT)
 
 
 def uses_reference(cfg: JobConfig) -> bool:
@@ -29,12 +32,15 @@ def uses_reference(cfg: JobConfig) -> bool:
 
 def active_roles(cfg: JobConfig) -> tuple[str, ...]:
     """The roles this spec runs, in ROLE_ORDER: no reference without a KL term or for SFT and
-    reward-model training, no critic outside PPO, no reward devices without reward models,
-    no rollout devices with `rollout.engine: hf` (it generates with the actor's own model)."""
+    reward-model training, a teacher for distillation only, no critic outside PPO, no reward
+    devices without reward models, no rollout devices with `rollout.engine: hf` (it generates
+    with the actor's own model)."""
     algo = cfg.algorithm.name
     roles = {ACTOR}
     if uses_reference(cfg):
         roles.add(REFERENCE)
+    if algo is AlgorithmName.DISTILLATION:
+        roles.add(TEACHER)
     if algo.needs_critic:
         roles.add(CRITIC)
     if algo.is_online and cfg.models.reward_models:

@@ -17,6 +17,7 @@ from .builtins import BUILTIN_REWARD_NAMES, BUILTIN_TASK_NAMES, builtin_problem
 from .checkpoint import ResumePolicy
 from .layout import layout_problems
 from .location_rules import location_problems, storage_problems
+from .mode_rules import auto_mode_problems, mode_problems
 from .placement import Device
 from .rollout import RolloutEngine
 
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 
 def job_problems(cfg: JobConfig) -> list[Problem]:
     if cfg.placement.auto:
-        return auto_problems(cfg, _placed_problems)
+        return auto_mode_problems(cfg) or auto_problems(cfg, _placed_problems)
     return _placed_problems(cfg)
 
 
@@ -34,6 +35,7 @@ def _placed_problems(cfg: JobConfig) -> list[Problem]:
     return [
         *_algorithm_problems(cfg),
         *_iterative_problems(cfg),
+        *mode_problems(cfg),
         *_reward_source_problems(cfg),
         *_remote_reward_problems(cfg),
         *_batch_problems(cfg),
@@ -331,10 +333,9 @@ def _data_problems(cfg: JobConfig) -> list[Problem]:
 
 def _builtin_problems(cfg: JobConfig) -> list[Problem]:
     out: list[Problem] = []
-    for i, source in enumerate([*cfg.data.train, *cfg.data.eval]):
-        which, index = (
-            ("train", i) if i < len(cfg.data.train) else ("eval", i - len(cfg.data.train))
-        )
+    named = [("train", cfg.data.train), ("eval", cfg.data.eval), ("pretrain", cfg.data.pretrain)]
+    indexed = [(which, i, s) for which, sources in named for i, s in enumerate(sources)]
+    for which, index, source in indexed:
         why = builtin_problem(source.builtin, BUILTIN_TASK_NAMES) if source.builtin else None
         if why:
             out.append(Problem(f"data.{which}[{index}].builtin", why))

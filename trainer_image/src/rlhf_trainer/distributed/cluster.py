@@ -38,7 +38,7 @@ from .weight_sync import BROADCAST, OBJECT_STORE, WeightSync
 from .workers.actor import ActorWorker
 from .workers.base import WorkerSettings
 from .workers.critic import CriticWorker
-from .workers.frozen import ReferenceWorker, RewardModelWorker
+from .workers.frozen import ProcessRewardWorker, ReferenceWorker, RewardModelWorker
 from .workers.trained import mean_over_ranks
 
 PLACEMENT_TIMEOUT_S = 120.0
@@ -268,7 +268,12 @@ class TrainingCluster:
             group(CRITIC, CriticWorker, dirs.critic) if CRITIC in roles and dirs.critic else None
         )
         self.rewards = [
-            group(reward_role(i), RewardModelWorker, d) for i, d in enumerate(dirs.rewards)
+            group(
+                reward_role(i),
+                ProcessRewardWorker if job.models.reward_models[i].process else RewardModelWorker,
+                d,
+            )
+            for i, d in enumerate(dirs.rewards)
         ]
         builders = [g.call("build") for g in self._model_groups()]
         self.num_params = {
@@ -365,12 +370,21 @@ class TrainingCluster:
         return [g.map_batch("scores", batch) for g in self.rewards]
 
     # --- update ---------------------------------------------------------------------------
-    def train_actor(self, batch: dict[str, Tensor], step: int, kl_coef: float) -> Pending:
+    def train_actor(
+        self,
+        batch: dict[str, Tensor],
+        step: int,
+        kl_coef: float,
+        ptx: dict[str, Tensor] | None = None,
+    ) -> Pending:
+        """PPO epochs on the actor ranks; `ptx`: the step's pretraining rows (PPO-ptx), split
+        over the ranks like the experience."""
         shards = split_rows(batch, self.actor.size)
+        ptx_shards = split_rows(ptx, self.actor.size) if ptx is not None else [None] * len(shards)
         return Pending(
             [
-                w.train.remote(s, step, kl_coef)
-                for w, s in zip(self.actor.workers, shards, strict=True)
+                w.train.remote(s, step, kl_coef, p)
+                for w, s, p in zip(self.actor.workers, shards, ptx_shards, strict=True)
             ],
             mean_over_ranks,
         )

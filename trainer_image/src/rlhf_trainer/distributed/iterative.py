@@ -11,7 +11,7 @@ from torch import Tensor
 from .cluster import TrainingCluster
 from .groups import Pending, split_rows
 from .workers.iterative import IterativeActor
-from .workers.offline import OfflineReferenceRank, sequence_logps_over
+from .workers.offline_frozen import OfflineReferenceRank, sequence_logps_over
 from .workers.trained import mean_over_ranks
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlhf_trainer.config import JobConfig, ModelSource, plan_layout, resolve_job
-from rlhf_trainer.config.roles import ACTOR, CRITIC, REFERENCE, REWARD, ROLLOUT
+from rlhf_trainer.config.roles import ACTOR, CRITIC, REFERENCE, REWARD, ROLLOUT, TEACHER
 
 __all__ = [
     "ACTOR",
@@ -29,6 +29,7 @@ __all__ = [
     "REFERENCE",
     "REWARD",
     "ROLLOUT",
+    "TEACHER",
     "GroupPlan",
     "PlacementPlan",
     "RoleShare",
@@ -101,6 +102,8 @@ def role_source(cfg: JobConfig, role: str) -> ModelSource:
         return models.resolved_critic()
     if role == REFERENCE:
         return models.resolved_reference()
+    if role == TEACHER and models.teacher is not None:
+        return models.teacher
     index = role.removeprefix(REWARD)
     if role.startswith(REWARD) and index.isdigit() and int(index) < len(models.reward_models):
         return models.reward_models[int(index)]
@@ -120,6 +123,7 @@ def plan_placement(cfg: JobConfig) -> PlacementPlan:
     cfg = resolve_job(cfg)
     layout = plan_layout(cfg)
     ranks = {ACTOR: cfg.placement.actor_gpus, REFERENCE: cfg.placement.reference_gpus}
+    ranks |= {TEACHER: cfg.placement.teacher_gpus}
     ranks |= {CRITIC: cfg.placement.critic_gpus, ROLLOUT: layout.rollout_engines}
     groups = []
     for group in layout.groups:

@@ -31,6 +31,7 @@ from rlhf_trainer.algos.masking import masked_mean
 from rlhf_trainer.algos.rewards import overlong_penalty
 from rlhf_trainer.checkpoint import CheckpointRef, TrainerState, publish_dir
 from rlhf_trainer.config import JobConfig, ResumePolicy
+from rlhf_trainer.data.pretrain import PretrainBatches
 from rlhf_trainer.reporting.timing import StageTimer
 from rlhf_trainer.runner.preemption import Preempted, StopCheck, never
 
@@ -91,6 +92,8 @@ class Hooks:
     checkpoints: CheckpointStore
     reporter: Reporter
     agent_cls: type | None = None
+    # PPO-ptx: the pretraining batches the actor also models (None without algorithm.ptxCoef).
+    pretrain: PretrainBatches | None = None
 
 
 def check_finite(name: str, value: Tensor, step: int, hint: str) -> None:
@@ -335,7 +338,12 @@ class Trainer:
         actor = (
             None
             if frozen
-            else self.cluster.train_actor({k: batch[k] for k in actor_keys}, step, self.kl.value)
+            else self.cluster.train_actor(
+                {k: batch[k] for k in actor_keys},
+                step,
+                self.kl.value,
+                self.hooks.pretrain.batch(step) if self.hooks.pretrain else None,
+            )
         )
         critic = None
         if "old_values" in batch:

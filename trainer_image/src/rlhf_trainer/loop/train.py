@@ -41,6 +41,7 @@ def train_rollouts(
     """Models, prompts, reward sources and agent of the job, then `cluster_cls` (a
     `TrainingCluster`) and `trainer_cls` (a `Trainer`) run to the end. `optimizer_steps`:
     the run's optimiser steps (the LR schedule's length) for its number of steps."""
+    from rlhf_trainer.data.pretrain import PretrainBatches, load_pretrain
     from rlhf_trainer.data.prompts import load_prompts
     from rlhf_trainer.distributed.cluster import ModelDirs, shutdown_ray
     from rlhf_trainer.models.loading import (
@@ -66,7 +67,11 @@ def train_rollouts(
         )
         critic_dir = resolve_model_dir(models.resolved_critic(), cache, kind, base)
     reference_dir = resolve_model_dir(models.resolved_reference(), cache, "causal-lm", base)
-    reward_dirs = tuple(resolve_model_dir(rm, cache, "reward", base) for rm in models.reward_models)
+    # A process reward model is a causal LM read at its step tokens; the others score sequences.
+    reward_dirs = tuple(
+        resolve_model_dir(rm, cache, "causal-lm" if rm.process else "reward", base)
+        for rm in models.reward_models
+    )
     agent_cls = None
     agent = cfg.rollout.agent
     if agent is not None and agent.path is not None:
@@ -89,7 +94,16 @@ def train_rollouts(
         total_optimizer_steps=optimizer_steps(steps),
     )
     ctx.on_close(cluster.shutdown)
-    hooks = Hooks(scorer, checkpoints, reporter, agent_cls)
+    pretrain = None
+    if cfg.algorithm.ptx_coef > 0:
+        # One pretraining row per experience row and PPO epoch (OpenRLHF's PPO-ptx).
+        samples = cfg.training.rollout_batch_size * cfg.rollout.samples_per_prompt
+        pretrain = PretrainBatches(
+            load_pretrain(cfg.data, tokenizer, base, cfg.training.seed),
+            samples * cfg.training.ppo_epochs,
+            int(tokenizer.pad_token_id),
+        )
+    hooks = Hooks(scorer, checkpoints, reporter, agent_cls, pretrain)
     trainer = trainer_cls(
         cfg,
         cluster,

@@ -5,7 +5,10 @@ longest sequence of the step:
 
 - `input_ids`, `attention_mask`, `loss_mask`: `[B, K, L]`; `loss_mask` is 1 on response tokens
   (the tokens that are trained or scored), 0 on the prompt and on padding.
-- SFT: `K = 1`, the prompt + response.
+- SFT, conditional SFT, distillation: `K = 1`, the prompt + response; distillation adds the
+  teacher's log-probs `teacher_logps` `[B, 1, L, V]` (from the teacher ranks, per step).
+- PRM: `K = 1`, the prompt + steps; `step_labels` `[B, 1, L]` is 1 / 0 at each step's
+  separator token (good / bad step) and -1 elsewhere.
 - Pairs (reward model, DPO/IPO/cDPO): `K = 2`, prompt + chosen at 0, prompt + rejected at 1.
 - KTO: `K = 2`, prompt + response at 0; at 1 the same prompt with the *next* sample's response
   (sample i gets response (i + 1) mod B), the mismatched pair whose log-ratio estimates
@@ -24,12 +27,16 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from rlhf_trainer.algos.prm import NO_STEP
+
 from .kinds import OfflineSpec, TrainerKind
 
 if TYPE_CHECKING:
-    from rlhf_trainer.data.offline import KTOItem, PreferenceItem, SFTItem
+    from rlhf_trainer.data.offline import KTOItem, PreferenceItem, PRMItem, SFTItem
 
-SEQUENCE_KEYS = ("input_ids", "attention_mask", "loss_mask")
+SEQUENCE_KEYS = ("input_ids", "attention_mask", "loss_mask", "step_labels")
+# `[B, K, L, V]` per-position distributions (distillation's teacher log-probs).
+DISTRIBUTION_KEYS = ("teacher_logps",)
 # A sequence is (prompt ids, response ids).
 Sequence_ = tuple[list[int], list[int]]
 
@@ -38,7 +45,7 @@ def sample_sequences(
     items: Sequence[Any], spec: OfflineSpec, max_length: int
 ) -> list[list[Sequence_]]:
     """The `K` (prompt, response) sequences of each sample."""
-    if spec.kind is TrainerKind.SFT:
+    if spec.kind in (TrainerKind.SFT, TrainerKind.DISTILLATION, TrainerKind.PRM):
         sft: Sequence[SFTItem] = items
         return [[(it.prompt_ids, it.response_ids)] for it in sft]
     if spec.kind is TrainerKind.KTO:
@@ -89,9 +96,20 @@ def collate(
 ) -> dict[str, Tensor]:
     """One step's samples as tensors (see the module docstring for the layout)."""
     batch = pad_sequences(sample_sequences(items, spec, max_length), pad_id)
+    if spec.kind is TrainerKind.PRM:
+        batch["step_labels"] = step_labels(items, batch["input_ids"].shape)
     if spec.kind is TrainerKind.KTO:
         batch["desirable"] = torch.tensor([bool(it.desirable) for it in items], dtype=torch.bool)
     return batch
+
+
+def step_labels(items: Sequence[PRMItem], shape: torch.Size) -> Tensor:
+    """`[B, 1, L]` PRM labels: 1 / 0 at each step's separator token (good / bad), -1 elsewhere."""
+    labels = torch.full(shape, NO_STEP, dtype=torch.long)
+    for b, item in enumerate(items):
+        for position, good in zip(item.positions, item.labels, strict=True):
+            labels[b, 0, len(item.prompt_ids) + position] = int(good)
+    return labels
 
 
 def trim_right(batch: dict[str, Tensor]) -> dict[str, Tensor]:
@@ -99,7 +117,11 @@ def trim_right(batch: dict[str, Tensor]) -> dict[str, Tensor]:
     mask = batch["attention_mask"]
     used = mask.reshape(-1, mask.shape[-1]).any(dim=0).nonzero()
     length = int(used[-1]) + 1 if len(used) else 1
-    return {k: v[..., :length] if k in SEQUENCE_KEYS else v for k, v in batch.items()}
+    out = {k: v[..., :length] if k in SEQUENCE_KEYS else v for k, v in batch.items()}
+    for key in DISTRIBUTION_KEYS:
+        if key in out:
+            out[key] = out[key][..., :length, :]
+    return out
 
 
 def response_tokens(batch: dict[str, Tensor]) -> int:

@@ -1,15 +1,16 @@
-"""The offline loop, shared by every trainer kind: batch -> reference log-probs -> one update ->
-checkpoint -> report; at the end a final checkpoint and the HF export.
+"""The offline loop, shared by every trainer kind: batch -> frozen model's outputs (reference
+log-probs, or a distillation teacher's distributions) -> one update -> checkpoint -> report; at
+the end a final checkpoint and the HF export.
 
 A step reads the next `trainBatchSize` samples of the data stream (epochs repeat it, each pass
-reshuffled with the seed) and takes exactly one optimiser step on them. The reference
-log-probs of step k+1 are requested before step k's update is awaited, so on separate devices
-the reference costs no step time. What a checkpoint needs of the driver is the step and the
-stream position (`TrainerState.data_position`); the ranks save weights, optimizer, scheduler
-and their RNG.
+reshuffled with the seed) and takes exactly one optimiser step on them. The frozen model's
+outputs for step k+1 are requested before step k's update is awaited, so on separate devices
+the reference (or teacher) costs no step time. What a checkpoint needs of the driver is the
+step and the stream position (`TrainerState.data_position`); the ranks save weights,
+optimizer, scheduler and their RNG.
 
 A stop request (SIGTERM, see `rlhf_trainer.runner.preemption`) is honoured before a step's
-update: the step's batch (and the next one's reference log-probs, already on their way) are
+update: the step's batch (and the next one's frozen outputs, already on their way) are
 dropped, and `Preempted` takes the failure path, which checkpoints the last finished step.
 """
 
@@ -47,7 +48,7 @@ class Pending(Protocol):
 class OfflineCluster(Protocol):
     """What the loop needs of `distributed.workers.offline.OfflineCluster`."""
 
-    def reference_logps(self, batch: dict[str, Tensor]) -> Pending | None: ...
+    def frozen_outputs(self, batch: dict[str, Tensor]) -> Pending | None: ...
     def train(self, batch: dict[str, Tensor], step: int) -> Pending: ...
     def save_checkpoint(self, directory: str) -> None: ...
     def load_checkpoint(self, directory: str) -> None: ...
@@ -84,12 +85,13 @@ class Dataset(Protocol):
 
 @dataclass
 class Prepared:
-    """A step batch as tensors, with its reference log-probs on the way."""
+    """A step batch as tensors, with its frozen model's outputs (reference log-probs, teacher
+    distributions) on the way."""
 
     tensors: dict[str, Tensor]
     position: int
     samples: int
-    reference: Pending | None
+    frozen: Pending | None
 
 
 class OfflineTrainer:
@@ -144,7 +146,7 @@ class OfflineTrainer:
     def prepare(self, batch: Any) -> Prepared:
         tensors = self.collate(batch.items)
         return Prepared(
-            tensors, batch.position, len(batch.items), self.cluster.reference_logps(tensors)
+            tensors, batch.position, len(batch.items), self.cluster.frozen_outputs(tensors)
         )
 
     def train_step(
@@ -153,15 +155,15 @@ class OfflineTrainer:
         step = state.step + 1
         timer = StageTimer()
         tensors = dict(current.tensors)
-        if current.reference is not None:
+        if current.frozen is not None:
             with timer("make_experience"):  # the paper's "log-probs" stage
-                tensors["ref_logps"] = current.reference.result()
+                tensors.update(current.frozen.result())
         if self.stop():  # the last point where the step leaves no trace
             raise Preempted(state.step)
         self.phase = "training"
         with timer("training"):
             update = self.cluster.train(tensors, step)
-            # The next step's reference passes run while this step trains.
+            # The next step's frozen-model passes run while this step trains.
             upcoming = self.prepare(next(stream)) if step < self.total_steps else None
             metrics: dict[str, float] = update.result()
         new_state = replace(

@@ -1,8 +1,9 @@
 """What differs between the offline trainers, decided once from the job config (pure).
 
-Every trainer reads samples of `rows` sequences each (SFT: the response; pairs: chosen and
-rejected; KTO: the example and its mismatched KL completion), trains either a causal LM or a
-value model, and needs the frozen reference's log-probs or not.
+Every trainer reads samples of `rows` sequences each (SFT, conditional SFT, distillation and
+PRM: the response; pairs: chosen and rejected; KTO: the example and its mismatched KL
+completion), trains either a causal LM or a value model, and needs the frozen reference's
+log-probs, the frozen teacher's token distributions (distillation), or neither.
 """
 
 from __future__ import annotations
@@ -20,6 +21,10 @@ class TrainerKind(StrEnum):
     # DPO, IPO and conservative DPO: the same pairwise objective family (`algos.dpo_loss`).
     PREFERENCE = "preference"
     KTO = "kto"
+    # The student's token distributions against a frozen teacher's, on SFT data.
+    DISTILLATION = "distillation"
+    # A process reward model: a causal LM judged at each step's separator token.
+    PRM = "prm"
 
 
 _KINDS = {
@@ -32,6 +37,10 @@ _KINDS = {
     # The iterative algorithms train each round's selected samples with these objectives.
     AlgorithmName.REJECTION_SAMPLING: TrainerKind.SFT,
     AlgorithmName.ITERATIVE_DPO: TrainerKind.PREFERENCE,
+    # SFT on prompts conditioned on the sample's score (the data loader differs).
+    AlgorithmName.CONDITIONAL_SFT: TrainerKind.SFT,
+    AlgorithmName.DISTILLATION: TrainerKind.DISTILLATION,
+    AlgorithmName.PRM: TrainerKind.PRM,
 }
 # Algorithms that train with an offline objective (the iterative ones on generated data).
 OFFLINE_ALGORITHMS = frozenset(_KINDS)
@@ -42,6 +51,8 @@ ROWS = {
     TrainerKind.REWARD_MODEL: 2,
     TrainerKind.PREFERENCE: 2,
     TrainerKind.KTO: 2,
+    TrainerKind.DISTILLATION: 1,
+    TrainerKind.PRM: 1,
 }
 
 
@@ -52,6 +63,8 @@ class OfflineSpec:
     # "reward": a value model (backbone + scalar head); "causal-lm": a policy.
     model_kind: Literal["causal-lm", "reward"]
     needs_reference: bool
+    # Distillation: the frozen teacher's token distributions (a role of its own).
+    needs_teacher: bool
     # dpo_loss's `kind` for the preference trainers ("dpo" also for cdpo), else None.
     dpo_variant: Literal["dpo", "ipo"] | None
     # IPO is run on the mean token log-prob of a response (as TRL does), the others on the sum.
@@ -84,6 +97,7 @@ def offline_spec(cfg: JobConfig) -> OfflineSpec:
         kind=kind,
         model_kind="reward" if kind is TrainerKind.REWARD_MODEL else "causal-lm",
         needs_reference=kind in (TrainerKind.PREFERENCE, TrainerKind.KTO),
+        needs_teacher=kind is TrainerKind.DISTILLATION,
         dpo_variant=variant,
         average_logps=algo is AlgorithmName.IPO,
     )

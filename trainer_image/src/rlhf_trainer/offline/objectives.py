@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from rlhf_trainer.algos.distillation import distillation_loss
 from rlhf_trainer.algos.losses import (
     dpo_loss,
     kto_loss,
@@ -19,6 +20,7 @@ from rlhf_trainer.algos.losses import (
     sequence_logps,
     sft_loss,
 )
+from rlhf_trainer.algos.prm import prm_loss, step_margins
 from rlhf_trainer.config import AlgorithmConfig
 from rlhf_trainer.models.packing import causal_lm_logits, token_values
 from rlhf_trainer.models.value import gather_last_real
@@ -64,6 +66,48 @@ def sft_objective(
     mask = flat(batch, "loss_mask")[:, 1:]
     loss = sft_loss(causal_logits(model, batch, packed=packed), ids[:, 1:], mask)
     return loss, {"loss": loss.detach()}
+
+
+def teacher_token_logps(model: nn.Module, batch: dict[str, Tensor]) -> Tensor:
+    """`[B, K, L - 1, V]` next-token log-probs of a (teacher) model (float32): at t, of the
+    token t + 1, as `causal_logits` aligns them."""
+    logits = causal_logits(model, batch).float()
+    return logits.log_softmax(dim=-1).reshape(*batch["input_ids"].shape[:2], *logits.shape[1:])
+
+
+def distillation_objective(
+    model: nn.Module, batch: dict[str, Tensor], algo: AlgorithmConfig
+) -> tuple[Tensor, Stats]:
+    """The divergence (`algorithm.distillLoss`) between the teacher's next-token distributions
+    (`teacher_logps`) and the student's on the response tokens, plus `distillSftCoef` x the
+    NLL of the data's responses."""
+    ids = flat(batch, "input_ids")
+    mask = flat(batch, "loss_mask")[:, 1:]
+    logits = causal_logits(model, batch)
+    teacher = batch["teacher_logps"].reshape(-1, *batch["teacher_logps"].shape[-2:])
+    # The teacher's positions were cut with the batch's columns: keep the student's.
+    teacher = teacher[:, : logits.shape[1]]
+    kd, stats = distillation_loss(
+        logits, teacher, mask, kind=algo.distill_loss.value, mix=algo.distill_mix
+    )
+    nll = sft_loss(logits, ids[:, 1:], mask)
+    coef = algo.distill_sft_coef
+    loss = (1.0 - coef) * kd + coef * nll if coef else kd
+    return loss, {"loss": loss.detach(), "nll": nll.detach(), **stats}
+
+
+def prm_objective(
+    model: nn.Module, batch: dict[str, Tensor], positive: int, negative: int
+) -> tuple[Tensor, Stats]:
+    """Binary cross-entropy of the good-step log-odds at each step's separator token (the
+    logits there predict the label token that follows; a step may end the sequence, so
+    every position's logits are taken)."""
+    logits = causal_lm_logits(
+        model, flat(batch, "input_ids"), flat(batch, "attention_mask"), packed=False
+    )
+    margins = step_margins(logits, positive, negative)
+    loss, stats = prm_loss(margins, flat(batch, "step_labels"))
+    return loss, {"loss": loss.detach(), **stats}
 
 
 def sequence_scores(model: nn.Module, batch: dict[str, Tensor], *, packed: bool = False) -> Tensor:

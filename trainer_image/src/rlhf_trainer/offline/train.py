@@ -1,6 +1,6 @@
-"""The offline train function (`rlhf_trainer.runner` dispatches SFT, reward model, DPO, IPO,
-cDPO and KTO here): resolve the models and the data set, place the ranks, and run the loop.
-The runner owns directories, errors, exit codes and teardown.
+"""The offline train function (`rlhf_trainer.runner` dispatches SFT, conditional SFT, reward
+model, DPO, IPO, cDPO, KTO, distillation and PRM here): resolve the models and the data set, place
+the ranks, and run the loop. The runner owns directories, errors, exit codes and teardown.
 
 Outputs under the run directory: `metrics.jsonl`, `tensorboard/`, `checkpoints/step-N/`
 (unless `checkpoint.dir` says otherwise) and `final/`, the trained model in HF format.
@@ -12,7 +12,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from rlhf_trainer.config import JobConfig
+from rlhf_trainer.config import AlgorithmName, JobConfig
 from rlhf_trainer.runner.job import RunContext, RunResult, fit, total_steps
 from rlhf_trainer.runner.preemption import Preempted
 
@@ -20,10 +20,21 @@ from .kinds import OfflineSpec, TrainerKind, offline_spec
 
 
 def load_dataset(spec: OfflineSpec, cfg: JobConfig, tokenizer: Any, base_dir: Path) -> Any:
-    from rlhf_trainer.data.offline import load_kto, load_preferences, load_sft
+    from rlhf_trainer.data.offline import (
+        load_conditional_sft,
+        load_kto,
+        load_preferences,
+        load_prm,
+        load_sft,
+    )
 
+    if spec.algorithm is AlgorithmName.CONDITIONAL_SFT:
+        return load_conditional_sft(cfg.data, tokenizer, base_dir, cfg.training.seed)
+    if spec.kind is TrainerKind.PRM:
+        return load_prm(cfg.data, tokenizer, base_dir, cfg.training.seed, cfg.algorithm.prm)
     loader = {
         TrainerKind.SFT: load_sft,
+        TrainerKind.DISTILLATION: load_sft,
         TrainerKind.REWARD_MODEL: load_preferences,
         TrainerKind.PREFERENCE: load_preferences,
         TrainerKind.KTO: load_kto,
@@ -35,7 +46,7 @@ def train_offline(ctx: RunContext) -> RunResult:
     import torch
 
     from rlhf_trainer.distributed.cluster import shutdown_ray
-    from rlhf_trainer.distributed.workers.offline import OfflineCluster
+    from rlhf_trainer.distributed.workers.offline import FrozenDirs, OfflineCluster
     from rlhf_trainer.models.loading import (
         LoadOptions,
         load_tokenizer,
@@ -54,6 +65,9 @@ def train_offline(ctx: RunContext) -> RunResult:
     reference_dir = None
     if spec.needs_reference:
         reference_dir = resolve_model_dir(cfg.models.resolved_reference(), cache, "causal-lm", base)
+    teacher_dir = None
+    if spec.needs_teacher and cfg.models.teacher is not None:
+        teacher_dir = resolve_model_dir(cfg.models.teacher, cache, "causal-lm", base)
     tokenizer = load_tokenizer(model_dir, LoadOptions.of(cfg.models.actor))
     dataset = load_dataset(spec, cfg, tokenizer, base)
     steps = total_steps(cfg, len(dataset))
@@ -65,7 +79,8 @@ def train_offline(ctx: RunContext) -> RunResult:
     if ctx.stop():  # stopped while loading: nothing to save, and no cluster to start
         raise Preempted(0)
     ctx.on_close(shutdown_ray)
-    cluster = OfflineCluster(cfg, model_dir, reference_dir, total_optimizer_steps=steps)
+    frozen = FrozenDirs(reference=reference_dir, teacher=teacher_dir)
+    cluster = OfflineCluster(cfg, model_dir, frozen, total_optimizer_steps=steps)
     ctx.on_close(cluster.shutdown)
     trainer = OfflineTrainer(
         cfg,

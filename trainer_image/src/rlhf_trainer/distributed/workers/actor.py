@@ -6,6 +6,7 @@ is the sending end of the weight sync to the vLLM engines.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
@@ -68,8 +69,17 @@ class ActorWorker(TrainedRank):
         ).cpu()
 
     # --- update ---------------------------------------------------------------------------
-    def train(self, shard: dict[str, Tensor], step: int, kl_coef: float) -> dict[str, float]:
+    def train(
+        self,
+        shard: dict[str, Tensor],
+        step: int,
+        kl_coef: float,
+        ptx: dict[str, Tensor] | None = None,
+    ) -> dict[str, float]:
+        """PPO epochs on this rank's shard. With `ptx` (PPO-ptx), every micro-batch adds
+        `algorithm.ptxCoef` x the LM loss of the next `microTrainBatchSize` pretraining rows."""
         settings = self.loss_settings
+        ptx_parts = itertools.cycle(self._ptx_parts(ptx)) if ptx is not None else None
 
         def micro_loss(micro: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
             logp, entropy = action_log_probs(
@@ -80,7 +90,7 @@ class ActorWorker(TrainedRank):
                 entropy_grad=settings.entropy_coef > 0,
                 packed=self.packed,
             )
-            return policy_objective(
+            loss, stats = policy_objective(
                 logp,
                 # Absent on-policy (see the driver): the forward's own log-probs, detached.
                 micro["old_logp"] if "old_logp" in micro else logp.detach(),
@@ -91,8 +101,22 @@ class ActorWorker(TrainedRank):
                 ref_logp=micro.get("ref_logp"),
                 entropy=entropy,
             )
+            if ptx_parts is None:
+                return loss, stats
+            from rlhf_trainer.data.pretrain import lm_loss
+
+            ptx_loss = lm_loss(self.engine, self.to_device(next(ptx_parts)))
+            coef = self.settings.job.algorithm.ptx_coef
+            return loss + coef * ptx_loss, {**stats, "ptx_loss": ptx_loss.detach()}
 
         return self._epochs(shard, step, "actor", micro_loss)
+
+    def _ptx_parts(self, ptx: dict[str, Tensor]) -> list[dict[str, Tensor]]:
+        """The pretraining rows in micro-batches, taken one per policy micro-batch (the driver
+        sends one row per experience row and PPO epoch)."""
+        size = self.settings.job.training.micro_train_batch_size
+        rows = ptx["input_ids"].shape[0]
+        return [{k: v[i : i + size] for k, v in ptx.items()} for i in range(0, rows, size)]
 
     # --- rollout fallback: HF generate ----------------------------------------------------
     @torch.no_grad()

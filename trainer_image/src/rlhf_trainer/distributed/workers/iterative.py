@@ -16,7 +16,8 @@ from rlhf_trainer.offline.kinds import offline_spec
 
 from .actor import ActorWorker
 from .base import WorkerSettings
-from .offline import OfflineTrainRank, micro_sequence_logps
+from .offline import OfflineTrainRank
+from .offline_frozen import micro_sequence_logps
 
 
 class IterativeActor(OfflineTrainRank, ActorWorker):

@@ -25,6 +25,7 @@ import contextlib
 import math
 import os
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -35,9 +36,11 @@ from rlhf_trainer.offline.collate import trim_right
 from rlhf_trainer.offline.kinds import TrainerKind, offline_spec
 from rlhf_trainer.offline.objectives import (
     Stats,
+    distillation_objective,
     kl_reference_point,
     kto_objective,
     preference_objective,
+    prm_objective,
     reward_model_objective,
     sequence_logps_of,
     sequence_scores,
@@ -46,10 +49,11 @@ from rlhf_trainer.offline.objectives import (
 
 from ..cluster import CPUS_PER_RANK, _create_pg, start_ray
 from ..groups import Pending, RoleGroup, split_rows
-from ..plan import ACTOR, REFERENCE, plan_placement
-from ..strategy import OptimSpec, init_eval_engine, init_train_engine
+from ..plan import ACTOR, REFERENCE, TEACHER, plan_placement
+from ..strategy import OptimSpec, init_train_engine
 from ..weights import state_dict_for_export, unwrap
 from .base import RankBase, WorkerSettings, count_params
+from .offline_frozen import OfflineReferenceRank, OfflineTeacherRank, frozen_over
 from .trained import TrainedRank, mean_over_ranks
 
 VALUE_MODEL_PREFIX = "hf."
@@ -146,6 +150,10 @@ class OfflineTrainRank(TrainedRank):
         spec, algo = self.spec, self.settings.job.algorithm
         if spec.kind is TrainerKind.SFT:
             return sft_objective(self.engine, part, packed=self.packed)
+        if spec.kind is TrainerKind.DISTILLATION:
+            return distillation_objective(self.engine, part, algo)
+        if spec.kind is TrainerKind.PRM:
+            return prm_objective(self.engine, part, *self._step_label_ids())
         if spec.kind is TrainerKind.REWARD_MODEL:
             scores = sequence_scores(self.engine, part, packed=self.packed)
             return reward_model_objective(scores, algo.margin)
@@ -156,6 +164,17 @@ class OfflineTrainRank(TrainedRank):
             return preference_objective(policy, part["ref_logps"], spec, algo)
         kl = self._mean_over_ranks(kl_reference_point(policy, part["ref_logps"]))
         return kto_objective(policy, part["ref_logps"], part["desirable"], kl, algo)
+
+    def _step_label_ids(self) -> tuple[int, int]:
+        """The PRM's positive and negative token ids (the data loader checked them)."""
+        if not hasattr(self, "_label_ids"):
+            from rlhf_trainer.data.steps import step_ids
+            from rlhf_trainer.models.loading import load_tokenizer
+
+            tokenizer = load_tokenizer(self.settings.model_dir)
+            ids = step_ids(tokenizer, self.settings.job.algorithm.prm, "algorithm.prm")
+            self._label_ids = (ids.positive, ids.negative)
+        return self._label_ids
 
     def _mean_over_ranks(self, value: Tensor) -> Tensor:
         # KTO's reference point is a batch statistic: estimate it on the whole global batch.
@@ -202,63 +221,6 @@ class OfflineTrainRank(TrainedRank):
         load_tokenizer(tokenizer_dir, self.load_options()).save_pretrained(directory)
 
 
-class OfflineReferenceRank(RankBase):
-    def build(self) -> int:
-        from rlhf_trainer.models.loading import load_causal_lm
-
-        self.spec = offline_spec(self.settings.job)
-        model = load_causal_lm(self.settings.model_dir, self.dtype, self.load_options())
-        self.model = init_eval_engine(model, self.settings.job.training, self.world_size)
-        self.check_packing(self.model)
-        return count_params(model)
-
-    def sequence_logps(self, shard: dict[str, Tensor], micro_steps: int) -> Tensor:
-        """`[b, K]` reference log-probs of the shard's sequences (see `micro_sequence_logps`)."""
-        return micro_sequence_logps(self, self.model, shard, micro_steps)
-
-
-@torch.no_grad()
-def micro_sequence_logps(
-    rank: RankBase, model: Any, shard: dict[str, Tensor], micro_steps: int
-) -> Tensor:
-    """`[b, K]` log-probs of the shard's sequences under `model`, in `micro_steps` forward
-    passes of at most `microTrainBatchSize` samples (the size training already fits in
-    memory). Every rank runs the same number of passes: ZeRO-3 gathers are collective."""
-    size = rank.settings.job.training.micro_train_batch_size
-    average = offline_spec(rank.settings.job).average_logps
-    rows = shard["input_ids"].shape[0]
-    parts = []
-    for index in range(micro_steps):
-        start = index * size
-        if start < rows:
-            chunk = {k: v[start : start + size] for k, v in shard.items()}
-        else:  # a pass only to keep the ranks in step; its result is dropped
-            chunk = {k: v[:1] for k, v in shard.items()}
-        logps = sequence_logps_of(
-            model, rank.to_device(trim_right(chunk)), average=average, packed=rank.packed
-        )
-        if start < rows:
-            parts.append(logps.float().cpu())
-    return torch.cat(parts)
-
-
-def sequence_logps_over(group: RoleGroup, batch: dict[str, Tensor], size: int) -> Pending:
-    """`[B, K]` sequence log-probs of a batch, data-parallel over the ranks of `group`, whose
-    workers have `sequence_logps(shard, micro_steps)`, in passes of at most `size` rows."""
-    shards = split_rows(batch, group.size)
-    rows = [next(iter(s.values())).shape[0] for s in shards]
-    micro_steps = max(1, -(-max(rows) // size))
-    # A rank with no rows still joins the passes (on a copy of row 0, result dropped).
-    sent = [
-        s if n else {k: v[:1] for k, v in batch.items()} for s, n in zip(shards, rows, strict=True)
-    ]
-    refs = [
-        w.sequence_logps.remote(s, micro_steps) for w, s in zip(group.workers, sent, strict=True)
-    ]
-    kept = [i for i, n in enumerate(rows) if n]
-    return Pending(refs, lambda parts: torch.cat([parts[i] for i in kept]))
-
-
 def offline_threads(ranks: int) -> int:
     """Torch threads per rank on a CPU machine: the cores shared by all ranks placed on it
     (they run at the same time: reference passes overlap training). `RLHF_THREADS_PER_RANK`
@@ -269,14 +231,23 @@ def offline_threads(ranks: int) -> int:
     return max(1, (os.cpu_count() or 1) // max(1, ranks))
 
 
+@dataclass(frozen=True)
+class FrozenDirs:
+    """The frozen models' directories: DPO/IPO/cDPO/KTO's reference, distillation's teacher."""
+
+    reference: str | None = None
+    teacher: str | None = None
+
+
 class OfflineCluster:
-    """The trained ranks (role `actor`) and, for DPO/IPO/cDPO/KTO, the reference ranks."""
+    """The trained ranks (role `actor`) and the frozen ones: for DPO/IPO/cDPO/KTO the
+    reference ranks, for distillation the teacher ranks."""
 
     def __init__(
         self,
         job: JobConfig,
         model_dir: str,
-        reference_dir: str | None,
+        frozen: FrozenDirs,
         *,
         total_optimizer_steps: int,
     ) -> None:
@@ -312,22 +283,32 @@ class OfflineCluster:
             return made
 
         self.trainer = group(ACTOR, OfflineTrainRank, model_dir)
-        self.reference: RoleGroup | None = None
-        if reference_dir is not None:
-            if REFERENCE not in self.plan.roles():
+        # The one frozen group of this trainer (the layout places at most one), the method
+        # giving its outputs, and the batch key they go to.
+        self.frozen: tuple[RoleGroup, str, str] | None = None
+        for role, cls, directory, method, key in (
+            (REFERENCE, OfflineReferenceRank, frozen.reference, "sequence_logps", "ref_logps"),
+            (TEACHER, OfflineTeacherRank, frozen.teacher, "token_logps", "teacher_logps"),
+        ):
+            if directory is None:
+                continue
+            if role not in self.plan.roles():
                 raise ValueError(
-                    f"algorithm {job.algorithm.name.value} has no reference role in its placement"
+                    f"algorithm {job.algorithm.name.value} has no {role} role in its placement"
                 )
-            self.reference = group(REFERENCE, OfflineReferenceRank, reference_dir)
+            self.frozen = (group(role, cls, directory), method, key)
         builds = [g.call("build") for g in self.groups]
         self.num_params = {g.role: p.result()[0] for g, p in zip(self.groups, builds, strict=True)}
 
-    def reference_logps(self, batch: dict[str, Tensor]) -> Pending | None:
-        """`[B, K]` reference log-probs of a step batch (data-parallel over the reference
-        ranks); None without a reference."""
-        if self.reference is None:
+    def frozen_outputs(self, batch: dict[str, Tensor]) -> Pending | None:
+        """What the frozen ranks add to a step batch (data-parallel over them), as
+        `{key: tensor}`: the reference's `[B, K]` log-probs (`ref_logps`) or the teacher's
+        `[B, K, L, V]` distributions (`teacher_logps`); None without a frozen model."""
+        if self.frozen is None:
             return None
-        return sequence_logps_over(self.reference, batch, self.job.training.micro_train_batch_size)
+        frozen, method, key = self.frozen
+        pending = frozen_over(frozen, method, batch, self.job.training.micro_train_batch_size)
+        return Pending(pending.refs, lambda parts: {key: pending.combine(parts)})
 
     def train(self, batch: dict[str, Tensor], step: int) -> Pending:
         """One optimiser step on the batch (split evenly over the trained ranks); result: the

@@ -1,0 +1,143 @@
+"""Rules of the training modes of issue 13 (conditional SFT, distillation, PRMs, PPO-ptx) and
+of QLoRA: pure checks that name the field and say what is allowed; `rules.job_problems` runs
+them with the others.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .algorithm import AlgorithmName
+from .base import Problem
+from .conditioning import template_problem
+from .placement import Device
+from .steps import StepAggregation
+
+if TYPE_CHECKING:
+    from .job import JobConfig
+
+
+def mode_problems(cfg: JobConfig) -> list[Problem]:
+    return [
+        *_conditional_problems(cfg),
+        *_teacher_problems(cfg),
+        *_ptx_problems(cfg),
+        *_process_reward_problems(cfg),
+        *_qlora_problems(cfg),
+        *_packing_problems(cfg),
+    ]
+
+
+def auto_mode_problems(cfg: JobConfig) -> list[Problem]:
+    """What `placement.auto` cannot plan (checked before it plans)."""
+    if cfg.algorithm.name is AlgorithmName.DISTILLATION:
+        return [
+            Problem(
+                "placement.auto",
+                "does not place a distillation teacher yet: set placement.actorGpus and "
+                "placement.teacherGpus (and colocateActorReference) yourself",
+            )
+        ]
+    return []
+
+
+def _conditional_problems(cfg: JobConfig) -> list[Problem]:
+    if cfg.algorithm.name is not AlgorithmName.CONDITIONAL_SFT:
+        return []
+    why = template_problem(cfg.data.score_template)
+    return [Problem("data.scoreTemplate", why)] if why else []
+
+
+def _teacher_problems(cfg: JobConfig) -> list[Problem]:
+    algo, teacher = cfg.algorithm.name, cfg.models.teacher
+    if algo is AlgorithmName.DISTILLATION and teacher is None:
+        return [
+            Problem(
+                "models.teacher",
+                "algorithm distillation learns from a teacher's token distributions: set "
+                "models.teacher (pretrained or randomInit), a model with the actor's vocabulary",
+            )
+        ]
+    if algo is not AlgorithmName.DISTILLATION and teacher is not None:
+        return [
+            Problem(
+                "models.teacher",
+                f"only algorithm distillation uses a teacher (got {algo.value}): remove it",
+            )
+        ]
+    return []
+
+
+def _ptx_problems(cfg: JobConfig) -> list[Problem]:
+    algo, coef, pretrain = cfg.algorithm.name, cfg.algorithm.ptx_coef, cfg.data.pretrain
+    if coef > 0 and (not algo.is_online or algo.is_iterative):
+        return [
+            Problem(
+                "algorithm.ptxCoef",
+                "the pretraining loss is added to the PPO-family actor update (PPO-ptx); "
+                f"algorithm {algo.value} has none: set it to 0",
+            )
+        ]
+    if coef > 0 and not pretrain:
+        return [
+            Problem("data.pretrain", "algorithm.ptxCoef > 0 needs pretraining text: add a source")
+        ]
+    if pretrain and coef == 0:
+        return [
+            Problem(
+                "algorithm.ptxCoef",
+                "data.pretrain is used only with a ptx coefficient: set ptxCoef > 0 (e.g. "
+                "0.05) or remove data.pretrain",
+            )
+        ]
+    return []
+
+
+def _process_reward_problems(cfg: JobConfig) -> list[Problem]:
+    return [
+        Problem(
+            f"models.rewardModels[{i}].process.aggregation",
+            "per-step (dense) process rewards are not implemented yet in this trainer (its "
+            "advantage estimators take one reward per response); use min, last or mean",
+        )
+        for i, model in enumerate(cfg.models.reward_models)
+        if model.process is not None and model.process.aggregation is StepAggregation.PER_STEP
+    ]
+
+
+def _qlora_problems(cfg: JobConfig) -> list[Problem]:
+    lora = cfg.training.lora
+    if lora is None or lora.quantization is None:
+        return []
+    cpu = (
+        "; on placement.device: cpu it cannot run at all (bitsandbytes' 4-bit kernels need a "
+        "CUDA GPU)"
+        if cfg.placement.device is Device.CPU
+        else ""
+    )
+    return [
+        Problem(
+            "training.lora.quantization",
+            "4bit (QLoRA) is not supported yet in this trainer: the trainer image has no "
+            "bitsandbytes, and a 4-bit base needs its own export and vLLM weight-sync path "
+            f"(dequantize and merge the adapters) that is not built{cpu}; remove it (plain "
+            "LoRA in bf16 works)",
+        )
+    ]
+
+
+def _packing_problems(cfg: JobConfig) -> list[Problem]:
+    algo = cfg.algorithm.name
+    if not cfg.training.packing_samples or algo not in (
+        AlgorithmName.DISTILLATION,
+        AlgorithmName.PRM,
+    ):
+        return []
+    what = "the teacher's distributions" if algo is AlgorithmName.DISTILLATION else "step labels"
+    return [
+        Problem(
+            "training.packingSamples",
+            f"is not implemented yet for algorithm {algo.value} ({what} are laid out per "
+            "padded row); set it false",
+        )
+    ]
