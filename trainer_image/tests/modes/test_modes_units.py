@@ -198,3 +198,13 @@ def test_qlora_is_refused_with_the_reason(device: str) -> None:
         "trainer image has no bitsandbytes"
     )
     assert ("bitsandbytes' 4-bit kernels need a CUDA GPU" in message) is (device == "cpu")
+
+
+def test_a_teacher_may_be_another_jobs_model() -> None:
+    from rlhf_trainer.config.sources import job_references, local_run_problems
+
+    models = {"actor": {"randomInit": {}}, "teacher": {"fromJob": "tiny-sft-cpu"}}
+    cfg = JobConfig.model_validate(offline("distillation", models=models))
+    assert job_references(cfg) == {"teacher": "tiny-sft-cpu"}
+    [problem] = local_run_problems(cfg)
+    assert problem.path == "models.teacher.fromJob"

@@ -50,7 +50,7 @@ from .memory import (
 )
 from .modelsize import ConfigReader
 from .placement import Device
-from .roles import ACTOR, CRITIC, REFERENCE, REWARD, ROLE_ORDER, ROLLOUT, active_roles
+from .roles import ACTOR, CRITIC, PPO_ROLES, REFERENCE, REWARD, ROLLOUT, active_roles
 
 if TYPE_CHECKING:
     from .job import JobConfig
@@ -131,7 +131,7 @@ def _choice(
 
 
 def _paper_row(roles: Group, sizes: Sizes, c: Cluster) -> tuple[AutoChoice, PaperRow] | None:
-    if roles != ROLE_ORDER or len(sizes.by_role[REWARD]) != 1 or c.gpu_gib < PAPER_GPU_GIB:
+    if roles != PPO_ROLES or len(sizes.by_role[REWARD]) != 1 or c.gpu_gib < PAPER_GPU_GIB:
         return None
     for row in PAPER_ROWS:
         near = all(

@@ -15,6 +15,8 @@ ACTOR, REFERENCE, CRITIC, REWARD, ROLLOUT = "actor", "reference", "critic", "rew
 TEACHER = "teacher"
 # Canonical order of roles in group names and listings.
 ROLE_ORDER = (ACTOR, REFERENCE, TEACHER, CRITIC, REWARD, ROLLOUT)
+# Every role of a PPO job (the OpenRLHF paper's layouts place these).
+PPO_ROLES = (ACTOR, REFERENCE, CRITIC, REWARD, ROLLOUT)
 
 
 def uses_reference(cfg: JobConfig) -> bool:

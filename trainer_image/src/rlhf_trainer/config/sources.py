@@ -8,7 +8,7 @@
   as the earlier stage's local export directory.
 
 A role is named as in the manifest below `models`: `actor`, `critic`, `reference`,
-`rewardModels[0]`.
+`teacher`, `rewardModels[0]`.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ IN_PIPELINE = "rlhf.dev/in-pipeline"
 def model_sources(cfg: JobConfig) -> Iterator[tuple[str, ModelSource]]:
     """(role, source) of every model the job names, as written (defaults not filled in)."""
     m = cfg.models
-    for role, source in (("actor", m.actor), ("critic", m.critic), ("reference", m.reference)):
+    named = [("actor", m.actor), ("critic", m.critic), ("reference", m.reference)]
+    for role, source in [*named, ("teacher", m.teacher)]:
         if source is not None:
             yield role, source
     for i, reward_model in enumerate(m.reward_models):
