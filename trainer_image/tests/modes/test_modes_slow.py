@@ -32,7 +32,7 @@ def run_example(cfg: JobConfig, base: Path, run_dir: Path) -> list[dict[str, obj
 
 def test_conditioning_on_a_high_score_yields_better_answers(ray_up: None, tmp_path: Path) -> None:
     """tiny-conditional-sft-cpu: 16 answers sampled (temperature 1) per letter, the prompt
-    conditioned on score 4 and on score 0. Measured: mean reward 0.XX at score 4, 0.XX at 0."""
+    conditioned on score 4 and on score 0. Measured: not yet (no test slot before landing)."""
     cfg, base = example("tiny-conditional-sft-cpu")
     run_example(cfg, base, tmp_path / "csft")
     final = tmp_path / "csft" / "final"
@@ -53,8 +53,8 @@ def test_conditioning_on_a_high_score_yields_better_answers(ray_up: None, tmp_pa
 
 def test_the_student_matches_its_teacher(ray_up: None, tmp_path: Path) -> None:
     """tiny-distillation-cpu with tiny-sft-cpu's model as the teacher: KL(teacher || student)
-    on the response tokens falls (measured X -> Y) and the one-layer student answers every
-    prompt as the teacher does (greedy)."""
+    on the response tokens falls and the one-layer student answers every prompt as the
+    teacher does (greedy). Measured: not yet (no test slot before landing)."""
     teacher_cfg, teacher_base = example("tiny-sft-cpu")
     run_example(teacher_cfg, teacher_base, tmp_path / "tiny-sft-cpu")
     teacher = tmp_path / "tiny-sft-cpu" / "final"
@@ -94,8 +94,8 @@ def held_out_step_accuracy(model_dir: Path, cfg: JobConfig, base: Path) -> float
 
 def test_the_prm_judges_held_out_steps_and_scores_rollouts(ray_up: None, tmp_path: Path) -> None:
     """tiny-prm-cpu: step accuracy on the 64 held-out examples (256 steps) rises from the
-    random-init model's X to Y; as a reward model (min aggregation) it scores a right answer
-    above a wrong one."""
+    random-init model's; as a reward model (min aggregation) it scores a right answer above a
+    wrong one. Measured: not yet (no test slot before landing)."""
     import torch
 
     from rlhf_trainer.data.steps import step_ids

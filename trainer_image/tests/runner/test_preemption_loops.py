@@ -70,7 +70,9 @@ class OnlineCluster:
         reply = SimpleNamespace(token_ids=[5, 6], finish_reason="stop")
         return [[reply] * settings.n for _ in ids]
 
-    def train_actor(self, batch: dict[str, Tensor], step: int, kl: float) -> Done:
+    def train_actor(
+        self, batch: dict[str, Tensor], step: int, kl: float, ptx: dict[str, Tensor] | None
+    ) -> Done:
         self.hook("update", step)
         self.updates.append(step)
         return Done({"policy_loss": 0.1})
