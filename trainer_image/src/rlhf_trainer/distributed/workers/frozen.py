@@ -76,9 +76,10 @@ class ProcessRewardWorker(RankBase):
         if process is None:  # the cluster starts this worker only for a process model
             raise ValueError(f"models.rewardModels[{index}] is not a process reward model")
         self.process = process
-        self.tokenizer = load_tokenizer(self.settings.model_dir)
+        options = self.load_options()
+        self.tokenizer = load_tokenizer(self.settings.model_dir, options)
         self.ids = step_ids(self.tokenizer, process, f"models.rewardModels[{index}].process")
-        model = load_causal_lm(self.settings.model_dir, dtype=self.dtype)
+        model = load_causal_lm(self.settings.model_dir, self.dtype, options)
         self.model = init_eval_engine(model, self.settings.job.training, self.world_size)
         return count_params(model)
 
