@@ -211,6 +211,11 @@ class TrainingCluster:
         env = {"TOKENIZERS_PARALLELISM": "false"}
         if threads:
             env["OMP_NUM_THREADS"] = str(threads)
+        if job.rollout.async_rollout and not self.on_gpu:
+            # Async rollout: the engines and the trained ranks compute at the same time on the
+            # same cores; OpenMP threads spinning at a barrier would burn the other side's
+            # time slices, so waiting threads sleep instead (unless the user chose).
+            env["OMP_WAIT_POLICY"] = os.environ.get("OMP_WAIT_POLICY", "PASSIVE")
         for placed_group in self.plan.groups:
             self.pgs[placed_group.name] = _create_pg(placed_group, self.plan.resource, cpus)
 
