@@ -40,7 +40,9 @@ class Cluster:
         reply = SimpleNamespace(token_ids=[5, 6], finish_reason="stop", logprobs=[-0.5, -0.25])
         return [[reply] * settings.n for _ in ids]
 
-    def train_actor(self, batch: dict[str, Tensor], step: int, kl: float) -> Done:
+    def train_actor(
+        self, batch: dict[str, Tensor], step: int, kl: float, ptx: dict[str, Tensor] | None
+    ) -> Done:
         self.trained.append(batch)
         return Done({"policy_loss": 0.1})
 
