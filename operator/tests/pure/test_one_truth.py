@@ -23,7 +23,7 @@ from rlhf_operator.builders.common import CONFIG_KEY, config_map_name
 from rlhf_operator.observed import Observed
 from rlhf_operator.reconcile import decide
 from rlhf_operator.settings import OperatorSettings
-from rlhf_trainer.config import JobConfig, JobSpec, load_document
+from rlhf_trainer.config import JobConfig, JobSpec, load_document, plan_layout
 from rlhf_trainer.distributed.plan import REWARD, plan_placement, reward_role
 from support.examples import example_files, readme_job
 
@@ -55,8 +55,16 @@ TRAINER_REFUSALS = [
         "training.attnImplementation",
     ),
     (
-        "vllm-tensor-parallel",
-        {"rollout": {"numEngines": 1, "tensorParallelSize": 2}},
+        "tensor-parallel-uneven-heads",
+        {
+            "algorithm": {"name": "grpo"},
+            "models": {
+                "actor": {"pretrained": None, "randomInit": {"hiddenSize": 96, "numHeads": 3}},
+                "rewardModels": None,
+                "rewardFunction": {"builtin": "repeat-letter"},
+            },
+            "rollout": {"numEngines": 1, "tensorParallelSize": 2},
+        },
         "rollout.tensorParallelSize",
     ),
     (
@@ -145,7 +153,7 @@ def test_every_trainer_refusal_is_caught_by_all_three(
 
 def test_a_refused_spec_has_no_plan(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
-    spec = spec_dict(rollout={"numEngines": 1, "tensorParallelSize": 2})
+    spec = spec_dict(rollout={"engine": "hf", "tensorParallelSize": 2})
     path.write_text(
         json.dumps(
             {
@@ -158,7 +166,7 @@ def test_a_refused_spec_has_no_plan(tmp_path: Path) -> None:
     )
     result = _rlhf("plan", str(path))
     assert result.returncode == 1
-    assert "spec.rollout.tensorParallelSize: tensor-parallel vLLM" in result.stderr
+    assert "spec.rollout.tensorParallelSize: applies to vLLM engines only" in result.stderr
 
 
 def _rlhf(*args: str) -> subprocess.CompletedProcess[str]:
@@ -231,9 +239,12 @@ def specs(draw: st.DrawFn) -> dict[str, Any]:
     if placement["colocateCriticReward"]:
         placement["rewardGpus"] = placement["criticGpus"]
     engine = draw(st.sampled_from(["vllm", "hf"]))
+    tp = draw(st.sampled_from([1, 2, 4])) if engine == "vllm" else 1
     rollout = {
         "engine": engine,
-        "numEngines": actor if colocate_all else draw(counts),
+        # The hybrid engine's vLLM ranks (engines x tp) use the actor's devices.
+        "numEngines": max(1, actor // tp) if colocate_all else draw(counts),
+        "tensorParallelSize": tp,
         "samplesPerPrompt": 4,
     }
     if draw(st.booleans()):  # placement.auto chooses; the counts drawn above are ignored
@@ -310,7 +321,17 @@ def test_operator_gpus_equal_trainer_devices(raw: dict[str, Any]) -> None:
         assert roles == set(group.name.split("+"))
         for share in group.shares:
             assert share.ranks <= group.devices
-    models = len(spec.models.reward_models) if spec.algorithm.name.is_online else 0
+    # An engine's tensor-parallel ranks: one placement group each, the layout's unit, which
+    # the operator packs whole into one pod.
+    layout = plan_layout(spec.job_config())
+    for group in trainer.groups:
+        unit = layout.groups[[g.name for g in layout.groups].index(group.name)].unit
+        assert group.bundles_per_set == (unit if unit > 1 else group.devices)
+        assert group.sets * group.bundles_per_set == group.devices
+        if unit > 1:
+            assert group.strategy == "STRICT_PACK"
+            assert all(p.devices >= unit for p in layout.pods if "rollout" in p.roles)
+        models = len(spec.models.reward_models) if spec.algorithm.name.is_online else 0
     placed_rewards = [r for r in trainer.roles() if r.startswith(REWARD)]
     assert placed_rewards == [reward_role(i) for i in range(models)]
 

@@ -142,22 +142,12 @@ OTHER_LAYOUTS = [
 
 
 def _spec_for(layout: Layout) -> Any:
-    """The layout's spec. Tensor-parallel engines are refused by the config rules until the
-    trainer implements them, but their layout is already planned: such specs are validated
-    with as many single-device engines, then given the engines x tensor parallel to plan."""
-    tp = layout.rollout.get("tensorParallelSize", 1)
-    engines = layout.rollout.get("numEngines", 1)
-    rollout = {**layout.rollout, "numEngines": engines * tp, "tensorParallelSize": 1}
-    spec = make_spec(
+    return make_spec(
         algorithm={"name": layout.algorithm},
         placement=layout.placement,
-        rollout=rollout if layout.rollout else {},
+        rollout=layout.rollout,
         **layout.extra,
     )
-    if tp == 1:
-        return spec
-    planned = spec.rollout.model_copy(update={"num_engines": engines, "tensor_parallel_size": tp})
-    return spec.model_copy(update={"rollout": planned})
 
 
 @pytest.mark.parametrize("layout", PAPER_LAYOUTS + OTHER_LAYOUTS, ids=lambda x: x.id)
@@ -246,9 +236,10 @@ def test_tp_larger_than_a_pod_is_a_placement_error() -> None:
     assert "placement.gpusPerNode (1)" in str(err.value)
 
 
-def test_tensor_parallel_engines_are_refused_until_implemented() -> None:
-    with pytest.raises(ValidationError, match=r"tensorParallelSize: tensor-parallel vLLM"):
-        make_spec(rollout={"numEngines": 1, "tensorParallelSize": 2})
+def test_tensor_parallel_engines_are_planned_engine_by_engine() -> None:
+    allocation = plan(make_spec(rollout={"numEngines": 2, "tensorParallelSize": 4}))
+    assert (allocation.rollout_engines, allocation.tensor_parallel_size) == (2, 4)
+    assert allocation.gpus_per_role["rollout"] == 8
 
 
 def test_placement_checks_colocation_itself() -> None:

@@ -71,7 +71,7 @@ BIG_HOSTS = {"resources": {"workerMemoryPerGpu": "320Gi"}}
 
 def unchecked(doc: dict[str, Any]) -> JobConfig:
     """A job config whose sections are valid but whose cross-field rules are not run: the
-    decision for 34B/70B is tested although the trainer refuses tensor-parallel engines."""
+    decision itself is tested, apart from the rules on what it chose."""
     sections = {k: SECTIONS[k].model_validate(v) for k, v in doc.items()}
     return JobConfig.model_construct(**sections)  # type: ignore[arg-type]
 
@@ -295,13 +295,21 @@ def test_refusal_names_what_is_missing(patch: dict[str, Any], message: str) -> N
 
 
 def test_values_it_chose_are_named_in_a_rule_refusal() -> None:
-    """The trainer runs no tensor-parallel engine yet: a 70B choice is refused, saying that
-    placement.auto chose the value."""
+    """A rule broken by a value placement.auto chose says so: 4 actor GPUs for a 70B actor do
+    not divide a train batch of 6."""
+    patch = {"placement": auto("70B", 32, **BIG_HOSTS), "training": {"trainBatchSize": 6}}
     with pytest.raises(ValidationError) as err:
-        JobConfig.model_validate(merge(BASE, {"placement": auto("70B", 32, **BIG_HOSTS)}))
+        JobConfig.model_validate(merge(BASE, patch))
     text = str(err.value)
-    assert "rollout.tensorParallelSize: tensor-parallel vLLM engines" in text
-    assert "(chosen by placement.auto: see rlhf plan)" in text
+    assert (
+        "placement.actorGpus (1 x 4 = 4); got 6 (chosen by placement.auto: see rlhf plan)" in text
+    )
+
+
+def test_a_70b_choice_runs_tensor_parallel_engines() -> None:
+    cfg = JobConfig.model_validate(merge(BASE, {"placement": auto("70B", 32, **BIG_HOSTS)}))
+    rollout = resolve_job(cfg).rollout
+    assert (rollout.num_engines, rollout.tensor_parallel_size) == (4, 4)
 
 
 def test_resolved_job_has_the_chosen_values_and_auto_off() -> None:

@@ -128,9 +128,70 @@ def test_total_devices_and_resource_name() -> None:
     assert plan.total_devices == 2 + 1 + 1 + 1
 
 
-def test_tensor_parallel_engines_are_refused_by_the_config_rules() -> None:
-    with pytest.raises(ValueError, match=r"rollout\.tensorParallelSize: tensor-parallel vLLM"):
-        job(rollout={"tensorParallelSize": 2})
+def slots(cfg: JobConfig) -> dict[str, tuple[int, str, dict[str, list[tuple[int, int]]]]]:
+    """Per device group: bundles per placement group, its strategy, and each role's
+    (placement group, bundle) per rank."""
+    plan = plan_placement(cfg)
+    return {
+        g.name: (g.bundles_per_set, g.strategy, {s.role: g.slots(s) for s in g.shares})
+        for g in plan.groups
+    }
+
+
+def test_tensor_parallel_engines_get_a_placement_group_each_on_one_node() -> None:
+    cfg = job("grpo", rollout={"numEngines": 2, "tensorParallelSize": 2})
+    assert slots(cfg) == {
+        "actor": (1, "PACK", {"actor": [(0, 0)]}),
+        "reference": (1, "PACK", {"reference": [(0, 0)]}),
+        # The engine actor on its unit's first bundle; its second rank's worker on the other.
+        "rollout": (2, "STRICT_PACK", {"rollout": [(0, 0), (1, 0)]}),
+    }
+
+
+def test_hybrid_engine_with_tensor_parallel_engines_spreads_model_ranks_over_the_units() -> None:
+    cfg = job(
+        "grpo",
+        {"colocateAll": True, "actorGpus": 4, "referenceGpus": 4},
+        rollout={"numEngines": 2, "tensorParallelSize": 2},
+        training={"rolloutBatchSize": 8, "trainBatchSize": 8, "microTrainBatchSize": 1},
+    )
+    assert slots(cfg) == {
+        "actor+reference+rollout": (
+            2,
+            "STRICT_PACK",
+            {
+                "actor": [(0, 0), (0, 1), (1, 0), (1, 1)],
+                "reference": [(0, 0), (0, 1), (1, 0), (1, 1)],
+                "rollout": [(0, 0), (1, 0)],
+            },
+        )
+    }
+    assert plan_placement(cfg).describe() == (
+        "actor+reference+rollout: 4 x GPU-like in 2 sets of 2 "
+        "(actor 4x0.3333, reference 4x0.3333, rollout 2x0.3333 tp 2)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("random_init", "refused"),
+    [
+        ({}, []),
+        ({"numHeads": 1, "hiddenSize": 64}, ["numHeads"]),
+        ({"intermediateSize": 129}, ["intermediateSize"]),
+    ],
+    ids=["even", "one-head", "odd-mlp"],
+)
+def test_tensor_parallel_size_must_divide_a_random_init_actor(
+    random_init: dict[str, int], refused: list[str]
+) -> None:
+    doc = {"rollout": {"tensorParallelSize": 2}, "models": {"actor": {"randomInit": random_init}}}
+    if not refused:
+        job(**doc)
+        return
+    with pytest.raises(ValueError) as err:
+        job(**doc)
+    for name in refused:
+        assert f"must divide models.actor.randomInit.{name}" in str(err.value)
 
 
 def test_no_reference_rank_without_a_kl_term() -> None:

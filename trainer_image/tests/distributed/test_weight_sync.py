@@ -4,7 +4,9 @@ The cluster is real: Ray placement groups on a custom resource, DeepSpeed actor 
 (CPU build) engines as Ray actors. The actor takes one large PPO step (so greedy decoding
 really changes), the weights go to the engines (a gloo broadcast group, as NCCL between
 separate GPUs; or the object store, the CPU and hybrid-engine path), and the engines' greedy
-continuations are compared with HF `generate` on the actor exported in HF format.
+continuations are compared with HF `generate` on the actor exported in HF format. With
+tensor-parallel engines (2 ranks each, vLLM's CPU backend) every rank loads its own shard of
+the tensors it receives.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ def job(**placement: Any) -> JobConfig:
                 "samplesPerPrompt": 2,
                 "maxNewTokens": 12,
                 "numEngines": placement.pop("engines", 1),
+                "tensorParallelSize": placement.pop("tp", 1),
             },
             "training": {
                 "rolloutBatchSize": 4,
@@ -149,3 +152,35 @@ def test_hybrid_engine_zero3_two_ranks_sync_through_the_object_store(
     cluster, tokenizer = cluster_factory(cfg)
     assert cluster.plan.describe().startswith("actor+reference+rollout: 2 x GPU-like")
     assert check_sync_after_update(cluster, tokenizer, tmp_path) == "object-store"
+
+
+@pytest.mark.slow  # ~3 min on 2 busy cores (two engine processes start and share them)
+def test_tensor_parallel_engine_broadcast_sync_equals_hf_greedy(
+    cluster_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Both ranks of the engine are members of the broadcast group (ranks 1 and 2).
+    monkeypatch.setenv("RLHF_WEIGHT_SYNC", "broadcast")
+    cluster, tokenizer = cluster_factory(job(tp=2))
+    assert "rollout: 2 x GPU-like in 1 sets of 2" in cluster.plan.describe()
+    assert check_sync_after_update(cluster, tokenizer, tmp_path) == "broadcast"
+
+
+@pytest.mark.slow
+def test_two_tensor_parallel_engines_sync_through_the_object_store(
+    cluster_factory: Any, tmp_path: Path
+) -> None:
+    # The CPU default: every rank of both engines reloads the buckets from the object store.
+    cluster, tokenizer = cluster_factory(job(tp=2, engines=2))
+    assert check_sync_after_update(cluster, tokenizer, tmp_path) == "object-store"
+
+
+@pytest.mark.gpu
+def test_tensor_parallel_engine_on_two_gpus_syncs_by_nccl(
+    cluster_factory: Any, tmp_path: Path
+) -> None:
+    # The GPU path: vLLM's Ray executor starts the engine's two ranks on its own two GPUs
+    # (one placement group, STRICT_PACK); actor rank 0 broadcasts to both over NCCL.
+    if torch.cuda.device_count() < 4:
+        pytest.skip("needs 4 CUDA GPUs: actor, reference and an engine of 2 ranks")
+    cluster, tokenizer = cluster_factory(job(tp=2, device="gpu", rayResource="GPU"))
+    assert check_sync_after_update(cluster, tokenizer, tmp_path) == "broadcast"

@@ -217,7 +217,31 @@ def layout_problems(cfg: JobConfig) -> list[Problem]:
                 "gpusPerNode",
             )
         )
-    return out
+    return out + _tensor_parallel_problems(cfg)
+
+
+def _tensor_parallel_problems(cfg: JobConfig) -> list[Problem]:
+    """A tensor-parallel engine splits attention heads and MLP columns evenly over its ranks
+    (vLLM refuses other sizes at start-up); known here only for a random-init actor."""
+    tp, spec = cfg.rollout.tensor_parallel_size, cfg.models.actor.random_init
+    if tp == 1 or spec is None or ROLLOUT not in role_devices(cfg):
+        return []
+    uneven = [
+        (name, size)
+        for name, size in (
+            ("numHeads", spec.num_heads),
+            ("intermediateSize", spec.intermediate_size),
+        )
+        if size % tp
+    ]
+    return [
+        Problem(
+            "rollout.tensorParallelSize",
+            f"must divide models.actor.randomInit.{name} ({size}): each of the engine's ranks "
+            f"holds an equal share; got {tp}",
+        )
+        for name, size in uneven
+    ]
 
 
 def device_groups(cfg: JobConfig) -> list[DeviceGroup]:

@@ -31,7 +31,12 @@ class AgentConfig(ConfigModel):
 class RolloutConfig(ConfigModel):
     engine: RolloutEngine = RolloutEngine.VLLM
     num_engines: int = Field(1, ge=1, le=1024, description="vLLM engines (Ray actors).")
-    tensor_parallel_size: int = Field(1, ge=1, le=64, description="GPUs per vLLM engine.")
+    tensor_parallel_size: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Devices per vLLM engine (its tensor-parallel ranks, on one node).",
+    )
     samples_per_prompt: int = Field(1, ge=1, le=1024, description="Responses per prompt (n).")
     max_new_tokens: int = Field(1024, ge=1, le=1048576)
     temperature: float = Field(1.0, ge=0, le=10)

@@ -366,15 +366,6 @@ def _unimplemented_problems(cfg: JobConfig) -> list[Problem]:
     taken."""
     algo, r, t = cfg.algorithm.name, cfg.rollout, cfg.training
     out: list[Problem] = []
-    if algo.is_online and r.engine is RolloutEngine.VLLM and r.tensor_parallel_size > 1:
-        out.append(
-            Problem(
-                "rollout.tensorParallelSize",
-                "tensor-parallel vLLM engines are not implemented yet in this trainer (each "
-                f"engine uses one device); use more engines (numEngines) instead; got "
-                f"{r.tensor_parallel_size}",
-            )
-        )
     if algo.is_online and r.engine is RolloutEngine.HF and r.tensor_parallel_size > 1:
         out.append(
             Problem(

