@@ -1,21 +1,26 @@
 """`rlhf run PIPELINE.yaml`: an RLHFPipeline's stages on this machine, one after another in
 topological order. Each stage runs as `rlhf run` runs a job named `<pipeline>-<stage>` (its
 outputs in ./runs/<pipeline>-<stage>/, or <run-dir>/<stage>/); `fromStage: x` loads x's final
-model from its export there. The first stage that fails ends the pipeline with its exit code.
+model from its export there, recorded before the stage runs in its run directory's
+`inputs.json` (role, stage, location: what a cluster records on the stage job's
+`status.inputs`). The first stage that fails ends the pipeline with its exit code.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 from rlhf_trainer.config import JobConfig, LoadedJob
 from rlhf_trainer.config.outcome import ExitCode
 from rlhf_trainer.config.pipeline import local_stage_config, stage_job_name, topological_order
+from rlhf_trainer.config.sources import stage_references
 
 from .job import run_dirs
 
 PREFIX = "rlhf run"
+INPUTS_FILE = "inputs.json"
 
 
 def export_dir(cfg: JobConfig, *, name: str, base_dir: Path, run_dir: Path | None) -> Path:
@@ -43,6 +48,13 @@ def run_pipeline(
         name = stage_job_name(loaded.name, stage_name)
         stage_dir = run_dir / stage_name if run_dir is not None else None
         print(f"{PREFIX}: stage {stage_name} (job {name})", file=sys.stderr)
+        inputs = [
+            {"role": role, "fromStage": other, "model": exports[other]}
+            for role, other in stage_references(stage.spec).items()
+        ]
+        run = run_dirs(cfg, name=name, base_dir=loaded.base_dir, run_dir=stage_dir).run
+        run.mkdir(parents=True, exist_ok=True)
+        (run / INPUTS_FILE).write_text(json.dumps(inputs, indent=2) + "\n")
         code = run_config(
             cfg,
             name=name,
