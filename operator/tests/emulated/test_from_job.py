@@ -82,7 +82,7 @@ async def test_waits_then_proceeds_with_the_exact_output(operator: Cluster) -> N
     # Pinned: the producer deleted changes nothing (the consumer is looked at again).
     c.k8s.delete("rlhfjobs.rlhf.dev", "sft-a", c.namespace)
     await c.until(lambda: c.job("sft-a") is None, "producer gone")
-    await asyncio.sleep(1.5)
+    await asyncio.sleep(0.7)
     assert c.status("ppo-b")["inputs"][0]["uid"] == producer["metadata"]["uid"]
     assert c.status("ppo-b")["phase"] == "Provisioning"
 

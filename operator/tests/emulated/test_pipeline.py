@@ -115,7 +115,7 @@ async def test_independent_stages_run_in_parallel(operator: Cluster) -> None:
     await c.until(lambda: c.ray_jobs("par-sft") and c.ray_jobs("par-rm"), "sft and rm at once")
     assert c.job("par-ppo") is None
     _succeed(c, "par-rm")
-    await asyncio.sleep(1.0)
+    await asyncio.sleep(0.5)
     assert c.job("par-ppo") is None  # still needs sft
     _succeed(c, "par-sft")
     await c.until(lambda: c.ray_jobs("par-ppo"), "ppo after both")
@@ -131,7 +131,7 @@ async def test_a_failed_stage_stops_the_pipeline(operator: Cluster) -> None:
     assert "stage sft failed" in _pstatus(c, "fl")["message"]
     failed = {x["type"]: x["status"] for x in _pstatus(c, "fl")["conditions"]}
     assert failed["Failed"] == "True"
-    await asyncio.sleep(1.0)
+    await asyncio.sleep(0.5)
     assert c.job("fl-rm") is None and c.job("fl-ppo") is None
 
 
@@ -147,7 +147,7 @@ async def test_suspend_propagates_to_running_stages(operator: Cluster) -> None:
     await c.until(lambda: _pstatus(c, "sp").get("phase") == "Suspended", "pipeline Suspended")
     _succeed(c, "sp-sft")
     _succeed(c, "sp-rm")
-    await asyncio.sleep(1.0)
+    await asyncio.sleep(0.5)
     assert c.job("sp-ppo") is None  # no new stage while suspended
     c.k8s.patch(PIPELINES, "sp", {"spec": {"suspend": False}}, c.namespace)
     await c.until(lambda: c.job("sp-ppo"), "ppo created after resume")
