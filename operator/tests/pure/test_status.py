@@ -515,6 +515,26 @@ def test_the_report_object_is_mirrored_into_status_trainer() -> None:
     }
 
 
+def test_the_latest_evaluation_shows_in_status_trainer_eval() -> None:
+    evaluation = {
+        "step": 20,
+        "prompts": 16,
+        "samples": 4,
+        "meanReward": 0.5,
+        "greedyReward": 0.75,
+        "passAtK": {"1": 0.4, "2": 0.6, "4": 0.9},
+    }
+    report = TrainerReport.model_validate({"step": 23, "totalSteps": 100, "eval": evaluation})
+    body = job_body(status={"trainer": {"step": 20}})
+    observed = Observed.of([ray_job(0, "Running", "RUNNING")], report=report)
+    decision = decide(body, observed, SETTINGS, NOW)
+    trainer = decision.status.trainer
+    assert trainer is not None and trainer.eval is not None
+    assert (trainer.eval.step, trainer.eval.greedy_reward) == (20, 0.75)
+    patch = status_patch(body["status"], decision.status)
+    assert patch["trainer"]["eval"] == evaluation
+
+
 def test_status_patch_removes_cleared_fields() -> None:
     old = {"phase": "Running", "startTime": "x", "message": "training", "trainer": {"step": 1}}
     new = RLHFJobStatus.model_validate({"phase": "Suspended", "message": "suspended"})

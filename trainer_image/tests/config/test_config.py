@@ -114,10 +114,53 @@ def test_camel_case_on_the_wire_and_snake_case_in_python() -> None:
             "128 (got 64)",
             id="reward-memory-limit",
         ),
+        pytest.param(
+            {"algorithm": {"dynamicSampling": True}},
+            "algorithm.dynamicSampling: drops prompt groups whose rewards are all equal, which "
+            "carry no signal only for a group estimator (dr-grpo, grpo, reinforce++-baseline, "
+            "rloo); algorithm ppo learns from them: set it false",
+            id="dynamic-sampling-needs-groups",
+        ),
+        pytest.param(
+            {
+                "algorithm": {"name": "grpo", "dynamicSampling": True},
+                "rollout": {"samplesPerPrompt": 2, "async": True},
+            },
+            "algorithm.dynamicSampling: not implemented with rollout.async: how many prompts a "
+            "step reads is known only once its rounds are scored, and a batch generated ahead "
+            "must know where its prompts start; set one of them false",
+            id="dynamic-sampling-not-async",
+        ),
+        pytest.param(
+            {"training": {"evalEverySteps": 5}},
+            "training.evalEverySteps: evaluates on data.eval prompts: set data.eval too",
+            id="eval-needs-prompts",
+        ),
+        pytest.param(
+            {
+                "algorithm": {"name": "sft"},
+                "models": {"actor": {"randomInit": {}}},
+                "data": {"train": [{"path": "t.jsonl"}], "eval": [{"path": "e.jsonl"}]},
+            },
+            "data.eval: evaluation during training runs in the RL loop (dr-grpo, grpo, ppo, "
+            "reinforce++, reinforce++-baseline, rloo); it is not implemented for algorithm "
+            "sft: remove it",
+            id="offline-eval",
+        ),
     ],
 )
 def test_cross_field_messages(sections: dict[str, Any], expected: str) -> None:
     assert expected in messages(minimal(**sections))
+
+
+def test_dynamic_sampling_and_evaluation_pass_for_a_group_estimator() -> None:
+    doc = minimal(
+        algorithm={"name": "rloo", "dynamicSampling": True},
+        rollout={"samplesPerPrompt": 4},
+        data={"eval": [{"builtin": "repeat-letter", "split": "test"}]},
+        training={"evalEverySteps": 2, "evalSamples": 8},
+    )
+    assert messages(doc) == []
 
 
 def test_all_problems_are_reported_at_once() -> None:

@@ -220,3 +220,23 @@ def test_a_failed_weight_load_is_raised_by_the_next_take() -> None:
     )
     with pytest.raises(RuntimeError, match="engine died while loading"):
         drive(pipeline, engines, TrainerState(), 4)
+
+
+@pytest.mark.parametrize("staged", [True, False], ids=["object-store", "broadcast"])
+def test_evaluation_on_the_engines_sees_the_weights_of_the_step_just_trained(
+    staged: bool,
+) -> None:
+    engines = Engines(staged=staged)
+    pipeline = AsyncRollouts(
+        engines.generate, next_prompts, engines, total_steps=5, max_staleness=2
+    )
+    state, seen = TrainerState(), []
+    for step in range(1, 6):
+        rollout = pipeline.take(step, state)
+        engines.actor = step
+        state = TrainerState(step=step, data_position=rollout.position)
+        pipeline.updated(step)
+        # Queued behind the batches generated ahead and the weight load: never older weights.
+        seen.append(pipeline.on_engines(lambda: engines.engine))
+    pipeline.close()
+    assert seen == [1, 2, 3, 4, 5]

@@ -8,10 +8,12 @@ the KL coefficient and the reward normaliser; the vLLM engines get the restored 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -28,17 +30,40 @@ def kill_after_checkpoint(proc: subprocess.Popen[str], marker: Path, timeout: fl
     proc.wait(timeout=60)
 
 
+def eval_data(tmp_path: Path) -> dict[str, Any]:
+    """Dynamic sampling's extra rounds move the data position; evaluations draw their own
+    samples: a resumed run must replay both."""
+    prompts = tmp_path / "eval.jsonl"
+    prompts.write_text(
+        "".join(json.dumps({"prompt": f"Repeat {c}.", "label": c}) + "\n" for c in "ab")
+    )
+    return {
+        "algorithm": {"dynamicSampling": True, "dynamicSamplingMaxRounds": 3},
+        "data": {"eval": [{"path": str(prompts)}]},
+        "training": {"evalEverySteps": 2},
+    }
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("algorithm", ["ppo", "grpo"])
+@pytest.mark.parametrize(
+    ("algorithm", "more"),
+    [
+        pytest.param("ppo", False, id="ppo"),
+        pytest.param("grpo", False, id="grpo"),
+        pytest.param("grpo", True, id="grpo-dynamic-sampling-eval"),
+    ],
+)
 def test_resume_after_kill_reproduces_the_straight_run(
-    algorithm: str, job_file: JobFile, tmp_path: Path
+    algorithm: str, more: bool, job_file: JobFile, tmp_path: Path
 ) -> None:
+    extra = eval_data(tmp_path) if more else {}
     training = {**QUICK["training"], "maxSteps": STEPS, "deterministic": True}
     path = job_file(
-        algorithm={"name": algorithm, "normalizeReward": True},
+        algorithm={"name": algorithm, "normalizeReward": True, **extra.get("algorithm", {})},
         rollout=QUICK["rollout"],
-        training=training,
+        training=training | extra.get("training", {}),
         checkpoint={"everySteps": STEPS // 2, "keep": 3},
+        **({"data": extra["data"]} if more else {}),
     )
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     finish(rlhf_run(path, straight))
@@ -56,6 +81,9 @@ def test_resume_after_kill_reproduces_the_straight_run(
     assert sorted(a) == sorted(b) == list(range(1, STEPS + 1))
     for step in range(1, STEPS + 1):
         assert a[step] == b[step], f"step {step} differs"
+    if more:  # the case really refilled and evaluated, on both sides of the kill
+        assert sum(a[s]["dynamic_sampling/extra_rounds"] for s in a) > 0
+        assert [s for s in a if "eval/pass@1" in a[s]] == [2, 4, 6]
 
     weights_a = load_file(straight / "final" / "actor" / "model.safetensors")
     weights_b = load_file(resumed / "final" / "actor" / "model.safetensors")

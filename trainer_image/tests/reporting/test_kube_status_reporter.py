@@ -236,3 +236,45 @@ def test_https_with_the_service_account_ca(tmp_path: Path) -> None:
         untrusted = KubeTarget(api.url, "n", "j-report", None, None)
         assert not KubeReporter(untrusted).write(PROGRESS_KEY, {"step": 2})
         assert api.document(PROGRESS_KEY) == {"step": 1}
+
+
+EVAL = {
+    "eval/greedy_reward": 0.75,
+    "eval/mean_reward": 0.5,
+    "eval/pass@1": 0.4,
+    "eval/pass@4": 0.9,
+    "eval/prompts": 16.0,
+    "eval/samples": 4.0,
+}
+
+
+def test_the_latest_evaluation_goes_to_status_trainer_eval_and_stays(
+    api: ApiServer, tmp_path: Path
+) -> None:
+    from rlhf_operator.api.v1alpha1 import TrainerReport
+
+    clock = Clock()
+    reporter, _ = reporter_for(api, tmp_path, clock)
+    step(reporter, 1)
+    assert "eval" not in api.document(PROGRESS_KEY)
+    clock.now += 10
+    reporter.on_step(2, 10, {"reward": 0.5, **EVAL}, {"total": 2.0}, samples=8)
+    clock.now += 10
+    step(reporter, 3)  # evaluated nothing: the step-2 evaluation is still the latest
+    trainer = api.document(PROGRESS_KEY)
+    jsonschema.validate(trainer, crd_trainer_schema())
+    assert trainer["step"] == 3
+    assert trainer["eval"] == {
+        "step": 2,
+        "prompts": 16,
+        "samples": 4,
+        "meanReward": 0.5,
+        "greedyReward": 0.75,
+        "passAtK": {"1": 0.4, "4": 0.9},
+    }
+    report = TrainerReport.model_validate(trainer)
+    assert report.eval is not None and report.eval.pass_at_k == {"1": 0.4, "4": 0.9}
+    # The step-2 document carried the evaluation as status.trainer.eval, not among metrics.
+    second = json.loads(api.patches[1]["body"]["data"][PROGRESS_KEY])
+    assert second["eval"]["step"] == 2
+    assert not any(k.startswith("eval/") for k in second["metrics"])

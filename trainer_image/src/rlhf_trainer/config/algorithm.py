@@ -185,6 +185,20 @@ class AlgorithmConfig(ConfigModel):
     )
     overlong_penalty: float = Field(1.0, ge=0, description="DAPO overlong penalty factor.")
 
+    # --- DAPO dynamic sampling (Yu et al. 2025), group estimators only ---
+    dynamic_sampling: bool = Field(
+        False,
+        description="Drop prompt groups whose rewards are all equal (no learning signal for a "
+        "group estimator) and generate more prompts until the step's batch is full.",
+    )
+    dynamic_sampling_max_rounds: int = Field(
+        10,
+        ge=1,
+        le=1000,
+        description="Generation rounds per step at most, the first included (DAPO's "
+        "max_num_gen_batches); when reached, the batch is filled up with dropped groups.",
+    )
+
     # --- preference objectives (DPO: Rafailov 2023; IPO: Azar 2023; KTO: Ethayarajh 2024) ---
     beta: float = Field(0.1, gt=0, description="DPO/IPO/KTO temperature beta.")
     label_smoothing: float = Field(

@@ -18,3 +18,12 @@ PROGRESS_KEY = "progress.json"
 OUTCOME_KEY = "outcome.json"
 # Larger values are ignored by the operator (a sane report is a few KiB).
 MAX_VALUE_BYTES = 64 * 1024
+
+# Evaluation metrics (`training.evalEverySteps`): keys of the step's metrics, which the
+# trainer's report also gathers into `status.trainer.eval`.
+EVAL_PREFIX = "eval/"
+EVAL_GREEDY_REWARD = "eval/greedy_reward"
+EVAL_MEAN_REWARD = "eval/mean_reward"
+EVAL_PASS_AT = "eval/pass@"  # + k
+EVAL_PROMPTS = "eval/prompts"
+EVAL_SAMPLES = "eval/samples"

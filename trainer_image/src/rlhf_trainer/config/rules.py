@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .algorithm import AlgorithmName
+from .algorithm import GROUP_ALGORITHMS, ITERATIVE_ALGORITHMS, ONLINE_ALGORITHMS, AlgorithmName
 from .attention_rules import attention_problems
 from .autorules import auto_problems
 from .base import Problem
@@ -45,6 +45,8 @@ def _placed_problems(cfg: JobConfig) -> list[Problem]:
         *_training_problems(cfg),
         *attention_problems(cfg),
         *_data_problems(cfg),
+        *_dynamic_sampling_problems(cfg),
+        *_eval_problems(cfg),
         *_builtin_problems(cfg),
         *location_problems(cfg),
         *storage_problems(cfg),
@@ -329,6 +331,53 @@ def _data_problems(cfg: JobConfig) -> list[Problem]:
             )
         ]
     return []
+
+
+def _dynamic_sampling_problems(cfg: JobConfig) -> list[Problem]:
+    algo = cfg.algorithm.name
+    if not cfg.algorithm.dynamic_sampling:
+        return []
+    out: list[Problem] = []
+    if not algo.is_group_estimator:
+        groups = ", ".join(sorted(a.value for a in GROUP_ALGORITHMS))
+        out.append(
+            Problem(
+                "algorithm.dynamicSampling",
+                "drops prompt groups whose rewards are all equal, which carry no signal only "
+                f"for a group estimator ({groups}); algorithm {algo.value} learns from them: "
+                "set it false",
+            )
+        )
+    if cfg.rollout.async_rollout:
+        out.append(
+            Problem(
+                "algorithm.dynamicSampling",
+                "not implemented with rollout.async: how many prompts a step reads is known "
+                "only once its rounds are scored, and a batch generated ahead must know where "
+                "its prompts start; set one of them false",
+            )
+        )
+    return out
+
+
+def _eval_problems(cfg: JobConfig) -> list[Problem]:
+    t, algo = cfg.training, cfg.algorithm.name
+    out: list[Problem] = []
+    if cfg.data.eval and (not algo.is_online or algo.is_iterative):
+        rl = ", ".join(sorted(a.value for a in ONLINE_ALGORITHMS - ITERATIVE_ALGORITHMS))
+        out.append(
+            Problem(
+                "data.eval",
+                f"evaluation during training runs in the RL loop ({rl}); it is not implemented "
+                f"for algorithm {algo.value}: remove it",
+            )
+        )
+    for field, value in (("evalEverySteps", t.eval_every_steps), ("evalSamples", t.eval_samples)):
+        if value is not None and not cfg.data.eval:
+            out.append(
+                Problem(f"training.{field}", "evaluates on data.eval prompts: set data.eval too")
+            )
+    return out
 
 
 def _builtin_problems(cfg: JobConfig) -> list[Problem]:

@@ -61,6 +61,27 @@ class TrainingConfig(ConfigModel):
         None, gt=0, description="Stop after this many steps; default: what the data allows."
     )
 
+    # Evaluation on data.eval (online algorithms): greedy and sampled responses, scored by the
+    # job's reward sources.
+    eval_every_steps: int | None = Field(
+        None,
+        gt=0,
+        description="Evaluate on data.eval every N steps; with data.eval set, the last step "
+        "is always evaluated.",
+    )
+    eval_samples: int | None = Field(
+        None,
+        ge=1,
+        le=1024,
+        description="Sampled responses per eval prompt (n of pass@k), at rollout.temperature; "
+        "default: rollout.samplesPerPrompt.",
+    )
+    eval_pass_threshold: float = Field(
+        1.0,
+        description="An eval response passes (for pass@k) when its reward is >= this; 1.0 is "
+        "a verifiable task's reward for a correct answer.",
+    )
+
     # Optimisation.
     actor_learning_rate: float = Field(1e-6, gt=0, lt=1)
     critic_learning_rate: float = Field(9e-6, gt=0, lt=1)

@@ -44,13 +44,16 @@ class IterativeTrainer(Trainer):
         state: TrainerState,
         timer: StageTimer,
         behaviour: Tensor | None = None,
+        scored: tuple[Tensor, dict[str, float]] | None = None,
     ) -> tuple[Experience, dict[str, float], dict[str, Any]]:
         """Score the samples, select the round's data set, and (DPO) its reference log-probs.
-        (`behaviour`, async rollout's log-probs, never comes: rounds are generated on-policy.)"""
+        (`behaviour`, async rollout's log-probs, and `scored`, dynamic sampling's rewards,
+        never come: rounds are generated on-policy, and selection is not dynamic sampling.)"""
         batch = to_batch(samples, self.pad_id)
-        pending = self.cluster.reward_model_scores(batch)
-        with timer("reward"):
-            raw, reward_metrics = self.hooks.scorer.score(samples, [p.result() for p in pending])
+        if scored is None:
+            with timer("reward"):
+                scored = self.score(samples)
+        raw, reward_metrics = scored
         check_finite("the combined reward", raw, step, "a reward source returned NaN/inf")
         rewards = [float(r) for r in raw]
         mask = batch["action_mask"]

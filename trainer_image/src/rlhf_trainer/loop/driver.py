@@ -36,7 +36,9 @@ from rlhf_trainer.reporting.timing import StageTimer
 from rlhf_trainer.runner.preemption import Preempted, StopCheck, never
 
 from .batch import Sample, behaviour_log_probs, to_batch
+from .dynamic_sampling import DynamicRollouts
 from .estimators import compute_advantages, kl_statistic, process_scores
+from .evaluation import evaluate, is_eval_step
 from .pipeline import rollout_source
 from .rollout import PromptInput, Response, multi_turn, single_turn
 from .state import (
@@ -114,8 +116,10 @@ class Trainer:
         total_steps: int,
         export_dir: Path | None,
         stop: StopCheck = never,
+        eval_prompts: Sequence[Any] = (),
     ) -> None:
         self.cfg, self.cluster, self.tokenizer, self.prompts = cfg, cluster, tokenizer, prompts
+        self.eval_prompts = eval_prompts
         self.hooks, self.total_steps, self.export_dir = hooks, total_steps, export_dir
         self.stop = stop
         self.resumed_from: int | None = None
@@ -128,7 +132,11 @@ class Trainer:
         # Where the step is: the models are consistent before "update" and after it completes.
         self.phase = "idle"
         # Each step's batch: generated on the spot, or ahead with `rollout.async`.
-        self.rollouts = rollout_source(cfg, self.generate, self.next_prompts, cluster, total_steps)
+        self.rollouts = (
+            DynamicRollouts(self, cluster)
+            if cfg.algorithm.dynamic_sampling
+            else rollout_source(cfg, self.generate, self.next_prompts, cluster, total_steps)
+        )
 
     def next_prompts(self, position: int) -> tuple[list[Any], int]:
         size = self.cfg.training.rollout_batch_size
@@ -163,9 +171,10 @@ class Trainer:
         self.stop_if_requested()  # generation is most of a step: no need to score it too
         with timer("make_experience"):
             experience, metrics, reward_stats = self.make_experience(
-                step, samples, state, timer, behaviour_log_probs(samples)
+                step, samples, state, timer, behaviour_log_probs(samples), rollout.scored
             )
         metrics |= {"staleness": float(rollout.staleness()), "rollout_s": rollout.generate_s}
+        metrics |= rollout.metrics
         self.stop_if_requested()  # the last point where the step leaves no trace
         self.phase = "update"
         self.steps_before_update = self.cluster.optimizer_steps()
@@ -185,6 +194,9 @@ class Trainer:
         with timer("weight_sync"):
             self.cluster.wake_engines()
             self.rollouts.updated(step)
+        if self.eval_prompts and is_eval_step(self.cfg, step, self.total_steps):
+            with timer("eval"):  # on the engines once they hold this step's weights
+                metrics |= self.rollouts.on_engines(lambda: evaluate(self, step, self.eval_prompts))
         every = self.cfg.checkpoint.every_steps
         if (every and step % every == 0) or step == self.total_steps:
             with timer("checkpoint"):
@@ -199,11 +211,15 @@ class Trainer:
             raise Preempted(self.state.step)
 
     # --- stages ---------------------------------------------------------------------------
-    def generate(self, step: int, items: list[Any]) -> list[Sample]:
-        """Rollouts from the engines (token ids in, token ids out)."""
+    def generate(
+        self, step: int, items: list[Any], *, cfg: JobConfig | None = None, stream: str = ""
+    ) -> list[Sample]:
+        """Rollouts from the engines (token ids in, token ids out); `cfg` overrides the job's
+        sampling (evaluation), `stream` names a generation other than the step's first."""
         from rlhf_trainer.distributed.vllm_engine import SamplingSettings
 
-        r = self.cfg.rollout
+        cfg = cfg or self.cfg
+        r = cfg.rollout
         stop_ids = tuple(i for i in [self.tokenizer.eos_token_id] if i is not None)
 
         def engine(
@@ -231,16 +247,22 @@ class Trainer:
             for i, it in enumerate(items)
         ]
         if self.hooks.agent_cls is None:
-            return single_turn(prompts, engine, self.tokenizer, self.cfg, step)
+            return single_turn(prompts, engine, self.tokenizer, cfg, step, stream)
         return multi_turn(
             prompts,
             engine,
             self.tokenizer,
-            self.cfg,
+            cfg,
             step,
             self.hooks.agent_cls,
             self.cluster.max_context(),
+            stream,
         )
+
+    def score(self, samples: list[Sample]) -> tuple[Tensor, dict[str, float]]:
+        """The job's reward sources on `samples` (reward models, function, remote, agent)."""
+        pending = self.cluster.reward_model_scores(to_batch(samples, self.pad_id))
+        return self.hooks.scorer.score(samples, [p.result() for p in pending])
 
     def make_experience(
         self,
@@ -249,11 +271,13 @@ class Trainer:
         state: TrainerState,
         timer: StageTimer,
         behaviour: Tensor | None = None,
+        scored: tuple[Tensor, dict[str, float]] | None = None,
     ) -> tuple[dict[str, Tensor], dict[str, float], dict[str, Any]]:
         """Log-probs, values and rewards (the ranks' forward passes overlap the reward
         function), then KL, token rewards, advantages and returns for the whole batch.
         `behaviour`: the engines' sampling log-probs of samples generated by older weights
-        (async rollout), which take the old log-probs' place in the importance ratio."""
+        (async rollout), which take the old log-probs' place in the importance ratio.
+        `scored`: the samples' rewards when already computed (dynamic sampling)."""
         cfg, algo = self.cfg, self.cfg.algorithm
         batch = to_batch(samples, self.pad_id)
         mask = batch["action_mask"]
@@ -264,9 +288,11 @@ class Trainer:
         old_logp_p = self.cluster.actor_log_probs(batch) if recompute else None
         ref_p = self.cluster.reference_log_probs(batch)
         values_p = self.cluster.critic_values(batch)
-        rm_p = self.cluster.reward_model_scores(batch)
-        with timer("reward"):
-            raw, reward_metrics = self.hooks.scorer.score(samples, [p.result() for p in rm_p])
+        if scored is None:
+            rm_p = self.cluster.reward_model_scores(batch)
+            with timer("reward"):
+                scored = self.hooks.scorer.score(samples, [p.result() for p in rm_p])
+        raw, reward_metrics = scored
         check_finite("the combined reward", raw, step, "a reward source returned NaN/inf")
         old_logp = old_logp_p.result() if old_logp_p is not None else behaviour
         ref_logp = ref_p.result() if ref_p is not None else None

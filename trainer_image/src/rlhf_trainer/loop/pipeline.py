@@ -22,13 +22,15 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from rlhf_trainer.checkpoint import TrainerState
 from rlhf_trainer.config import JobConfig
 
 from .batch import Sample
 from .schedule import Rollout, check_staleness, load_rollouts, save_rollouts, steps_to_start
+
+T = TypeVar("T")
 
 # (step, prompt items) -> samples
 GenerateStep = Callable[[int, list[Any]], list[Sample]]
@@ -44,6 +46,7 @@ class Engines(Protocol):
 class RolloutSource(Protocol):
     def take(self, step: int, state: TrainerState) -> Rollout: ...
     def updated(self, step: int) -> None: ...
+    def on_engines(self, fn: Callable[[], T]) -> T: ...
     def save(self, directory: Path, state: TrainerState, *, wait: bool = True) -> None: ...
     def resume(self, directory: Path, state: TrainerState) -> None: ...
     def close(self) -> None: ...
@@ -63,6 +66,10 @@ class OnPolicyRollouts:
 
     def updated(self, step: int) -> None:
         self.engines.sync_weights()
+
+    def on_engines(self, fn: Callable[[], T]) -> T:
+        """Run `fn` (evaluation) on the engines, which hold the latest weights."""
+        return fn()
 
     def save(self, directory: Path, state: TrainerState, *, wait: bool = True) -> None:
         return None  # nothing generated ahead
@@ -175,6 +182,12 @@ class AsyncRollouts:
         else:
             self.deliveries.append(self.worker.submit(lambda: self._timed(deliver)))
         self.engine_version = step
+
+    def on_engines(self, fn: Callable[[], T]) -> T:
+        """Run `fn` (evaluation) once the engines hold the latest weights: queued after the
+        batches and weight loads already submitted, and waited for."""
+        result: T = self.worker.submit(fn).result()
+        return result
 
     def _timed(self, deliver: Callable[[], float]) -> float:
         self.engine_sync_s = deliver()

@@ -53,9 +53,14 @@ class PromptInput:
     label: Any
 
 
-def sample_seeds(seed: int, step: int, count: int, turn: int = 0) -> list[int]:
-    """One sampling seed per prompt, a function of (run seed, step, prompt, turn) only."""
-    return [zlib.crc32(f"{seed}/{step}/{i}/{turn}".encode()) & 0x7FFFFFFF for i in range(count)]
+def sample_seeds(seed: int, step: int, count: int, turn: int = 0, stream: str = "") -> list[int]:
+    """One sampling seed per prompt, a function of (run seed, step, prompt, turn) only;
+    `stream` names other generations of the same step (a dynamic-sampling round, evaluation)
+    so that they draw apart from the step's first."""
+    tail = f"/{stream}" if stream else ""
+    return [
+        zlib.crc32(f"{seed}/{step}/{i}/{turn}{tail}".encode()) & 0x7FFFFFFF for i in range(count)
+    ]
 
 
 def single_turn(
@@ -64,10 +69,11 @@ def single_turn(
     tokenizer: Tokenizer,
     cfg: JobConfig,
     step: int,
+    stream: str = "",
 ) -> list[Sample]:
     """`samplesPerPrompt` responses per prompt, laid out prompt by prompt (groups adjacent)."""
     n = cfg.rollout.samples_per_prompt
-    seeds = sample_seeds(cfg.training.seed, step, len(prompts))
+    seeds = sample_seeds(cfg.training.seed, step, len(prompts), stream=stream)
     outputs = generate([p.ids for p in prompts], seeds, n, cfg.rollout.max_new_tokens)
     samples = []
     for prompt, responses in zip(prompts, outputs, strict=True):
@@ -142,6 +148,7 @@ def multi_turn(
     step: int,
     agent_cls: type,
     max_context: int,
+    stream: str = "",
 ) -> list[Sample]:
     """Run one episode per (prompt, sample): generate, let the agent answer, repeat."""
     n = cfg.rollout.samples_per_prompt
@@ -161,7 +168,7 @@ def multi_turn(
         budget = min(cfg.rollout.max_new_tokens, max_context - max(len(c) for c in contexts))
         if budget <= 0:
             break
-        seeds = sample_seeds(cfg.training.seed, step, len(episodes), turn)
+        seeds = sample_seeds(cfg.training.seed, step, len(episodes), turn, stream)
         outputs = generate(contexts, [seeds[i] for i, _ in active], 1, budget)
         for (_, episode), [response] in zip(active, outputs, strict=True):
             if turn == 0:

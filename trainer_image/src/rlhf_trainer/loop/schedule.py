@@ -19,9 +19,12 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .batch import Sample
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 PENDING_ROLLOUTS_FILE = "pending_rollouts.json"
 
@@ -40,6 +43,10 @@ class Rollout:
     policy_version: int
     samples: list[Sample]
     generate_s: float = 0.0
+    # Dynamic sampling (sync only, never checkpointed): the samples' rewards, already
+    # computed to choose them, and how they were gathered.
+    scored: tuple[Tensor, dict[str, float]] | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
 
     def staleness(self) -> int:
         return staleness(self.step, self.policy_version)

@@ -79,6 +79,10 @@ def train_rollouts(
 
     tokenizer = load_tokenizer(actor_dir, LoadOptions.of(models.actor))
     prompts = load_prompts(cfg.data, tokenizer, base, cfg.training.seed)
+    eval_prompts = []
+    if cfg.data.eval:
+        eval_set = load_prompts(cfg.data, tokenizer, base, cfg.training.seed, which="eval")
+        eval_prompts = [eval_set[i] for i in range(len(eval_set))]
     steps = total_steps(cfg, len(prompts))
     scorer = open_scorer(cfg, base)
     ctx.on_close(scorer.close)
@@ -113,5 +117,6 @@ def train_rollouts(
         total_steps=steps,
         export_dir=ctx.dirs.final,
         stop=ctx.stop,
+        eval_prompts=eval_prompts,
     )
     return fit(ctx, trainer, checkpoints)

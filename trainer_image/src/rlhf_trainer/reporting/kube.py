@@ -39,7 +39,17 @@ from pathlib import Path
 from typing import Any
 
 from rlhf_trainer.config.outcome import FailureClass
-from rlhf_trainer.config.report import OUTCOME_KEY, PROGRESS_KEY, REPORT_ENV
+from rlhf_trainer.config.report import (
+    EVAL_GREEDY_REWARD,
+    EVAL_MEAN_REWARD,
+    EVAL_PASS_AT,
+    EVAL_PREFIX,
+    EVAL_PROMPTS,
+    EVAL_SAMPLES,
+    OUTCOME_KEY,
+    PROGRESS_KEY,
+    REPORT_ENV,
+)
 
 from .base import StepReport
 
@@ -95,18 +105,45 @@ def utc_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
+def eval_status(step: int, metrics: Mapping[str, float]) -> dict[str, Any] | None:
+    """`status.trainer.eval` from a step's `eval/` metrics, or None when it evaluated nothing
+    (pure)."""
+    if EVAL_PROMPTS not in metrics:
+        return None
+    body: dict[str, Any] = {
+        "step": step,
+        "prompts": int(metrics[EVAL_PROMPTS]),
+        "samples": int(metrics.get(EVAL_SAMPLES, 0)),
+        "passAtK": {
+            key.removeprefix(EVAL_PASS_AT): value
+            for key, value in metrics.items()
+            if key.startswith(EVAL_PASS_AT)
+        },
+    }
+    for key, field in ((EVAL_MEAN_REWARD, "meanReward"), (EVAL_GREEDY_REWARD, "greedyReward")):
+        if key in metrics:
+            body[field] = metrics[key]
+    return body
+
+
 def trainer_status(
-    report: StepReport, checkpoints: list[dict[str, Any]], now: str
+    report: StepReport,
+    checkpoints: list[dict[str, Any]],
+    now: str,
+    evaluation: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The camelCase progress (`status.trainer` without the outcome) of one step (pure)."""
+    """The camelCase progress (`status.trainer` without the outcome) of one step (pure); the
+    latest evaluation (`eval_status`) goes under `eval`, not among the step's metrics."""
     body: dict[str, Any] = {
         "step": report.step,
         "totalSteps": report.total_steps,
         "progress": f"{report.step}/{report.total_steps}",
-        "metrics": dict(report.metrics),
+        "metrics": {k: v for k, v in report.metrics.items() if not k.startswith(EVAL_PREFIX)},
         "checkpoints": list(checkpoints),
         "updatedAt": now,
     }
+    if evaluation is not None:
+        body["eval"] = evaluation
     if report.reward is not None:
         body["reward"] = report.reward
     if report.samples_per_second is not None:
@@ -182,6 +219,7 @@ class KubeReporter:
         self._clock = clock
         self._checkpoints: list[dict[str, Any]] = []
         self._last: StepReport | None = None  # the newest step report
+        self._eval: dict[str, Any] | None = None  # the newest evaluation, kept between them
         self._dirty = False  # something not yet sent (a step or a checkpoint)
         self._last_sent: float | None = None
         self._blocked_until = 0.0
@@ -198,6 +236,7 @@ class KubeReporter:
     # --- sink interface -----------------------------------------------------------------
     def write_step(self, report: StepReport) -> None:
         self._last, self._dirty = report, True
+        self._eval = eval_status(report.step, report.metrics) or self._eval
         self._flush(force=report.is_final)
 
     def write_checkpoint(self, step: int, path: Path) -> None:
@@ -218,7 +257,8 @@ class KubeReporter:
         due = self._last_sent is None or now - self._last_sent >= self.min_interval
         if not (force or due) or (now < self._blocked_until and not force):
             return
-        if self.write(PROGRESS_KEY, trainer_status(report, self._checkpoints, utc_now())):
+        body = trainer_status(report, self._checkpoints, utc_now(), self._eval)
+        if self.write(PROGRESS_KEY, body):
             self._dirty = False
         self._last_sent = now
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from rlhf_trainer.config import WandbConfig
+from rlhf_trainer.config.report import EVAL_GREEDY_REWARD, EVAL_MEAN_REWARD
 
 from .base import KL_KEY, REWARD_KEY, StepReport
 from .timing import STAGES, format_duration
@@ -18,7 +19,7 @@ def console_line(report: StepReport) -> str:
     """`step 12/100 (12%) | reward 0.531 | kl 0.0012 | 38.2 samples/s | 1.7 s/step | ETA 2m30s`."""
     pct = 100.0 * report.step / report.total_steps if report.total_steps else 0.0
     parts = [f"step {report.step}/{report.total_steps} ({pct:.0f}%)"]
-    for key in (REWARD_KEY, KL_KEY):
+    for key in (REWARD_KEY, KL_KEY, EVAL_GREEDY_REWARD, EVAL_MEAN_REWARD):
         if key in report.metrics:
             parts.append(f"{key} {report.metrics[key]:.4g}")
     if report.samples_per_second is not None:

@@ -161,6 +161,22 @@ class TrainerOutcome(ConfigModel):
     message: str = Field("", max_length=4096)
 
 
+class TrainerEval(ConfigModel):
+    """The latest evaluation on `data.eval` (`training.evalEverySteps`): greedy and sampled
+    responses scored by the job's reward sources."""
+
+    step: int = Field(ge=0, description="The step whose weights were evaluated.")
+    prompts: int = Field(0, ge=0, description="Eval prompts.")
+    samples: int = Field(0, ge=0, description="Sampled responses per prompt (n of pass@k).")
+    mean_reward: float | None = Field(None, description="Mean reward of the sampled responses.")
+    greedy_reward: float | None = Field(None, description="Mean reward of greedy responses.")
+    pass_at_k: dict[str, float] = Field(
+        default_factory=dict,
+        description="pass@k by k (unbiased estimator): a response passes when its reward is "
+        ">= training.evalPassThreshold.",
+    )
+
+
 class TrainerReport(ConfigModel):
     """Written by the trainer (merge-patch of status.trainer); read by the operator."""
 
@@ -172,6 +188,7 @@ class TrainerReport(ConfigModel):
     samples_per_second: float | None = None
     eta_seconds: float | None = None
     checkpoints: list[TrainerCheckpoint] = Field(default_factory=list)
+    eval: TrainerEval | None = None
     message: str | None = None
     updated_at: str | None = None
     outcome: TrainerOutcome | None = None
