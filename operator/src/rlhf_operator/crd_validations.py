@@ -17,6 +17,7 @@ from rlhf_trainer.config.algorithm import (
     AlgorithmName,
 )
 from rlhf_trainer.config.models import SOURCE_KEYS
+from rlhf_trainer.config.sources import SINGLE_ROLES
 
 
 class Rule(TypedDict, total=False):
@@ -180,5 +181,5 @@ RULES: dict[str, list[Rule]] = {
 # The stages of an RLHFPipeline are RLHFJob specs: the same rule for each model source.
 PIPELINE_RULES: dict[str, list[Rule]] = {
     f"spec.stages[].spec.models.{role}": [_EXACTLY_ONE_MODEL_SOURCE]
-    for role in ("actor", "critic", "reference", "rewardModels[]")
+    for role in (*SINGLE_ROLES, "rewardModels[]")
 }

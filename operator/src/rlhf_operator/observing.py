@@ -15,6 +15,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from rlhf_trainer.config.sources import SINGLE_ROLES
+
 from .api.v1alpha1 import JobInput, RLHFJob, TrainerReport
 from .builders.common import ATTEMPT_LABEL, JOB_LABEL, report_name
 from .builders.volumes import referenced_objects
@@ -89,7 +91,7 @@ def named_jobs(body: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(role, RLHFJob name) of every `fromJob` of the raw spec: read without validating it,
     since every pass asks (the spec's own problems are `decide`'s business)."""
     models = (body.get("spec") or {}).get("models") or {}
-    sources = [(role, models.get(role)) for role in ("actor", "critic", "reference")]
+    sources = [(role, models.get(role)) for role in SINGLE_ROLES]
     sources += [(f"rewardModels[{i}]", m) for i, m in enumerate(models.get("rewardModels") or ())]
     return [
         (role, str(source["fromJob"]))

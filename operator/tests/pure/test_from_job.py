@@ -160,3 +160,15 @@ def test_from_stage_in_a_plain_job_is_refused() -> None:
     assert decision.invalid is not None
     assert "spec.models.actor.fromStage" in decision.invalid
     assert "only an RLHFPipeline's stages" in decision.invalid
+
+
+def test_every_model_role_is_watched_for_its_producer() -> None:
+    """The raw scan (each pass, no validation) finds the same fromJob roles as the model."""
+    from rlhf_operator.observing import named_jobs
+    from rlhf_trainer.config.sources import SINGLE_ROLES
+
+    models = {role: {"fromJob": f"{role}-job"} for role in SINGLE_ROLES}
+    models["rewardModels"] = [{"pretrained": "org/rm"}, {"fromJob": "rm-job"}]
+    body = {"spec": {"models": models}}
+    expected = [(role, f"{role}-job") for role in SINGLE_ROLES] + [("rewardModels[1]", "rm-job")]
+    assert named_jobs(body) == expected

@@ -26,13 +26,15 @@ if TYPE_CHECKING:
 # pydantic validation context key: set while validating an RLHFPipeline's stages, where
 # `fromStage` is allowed.
 IN_PIPELINE = "rlhf.dev/in-pipeline"
+# `models` keys holding one model source each (besides the list `rewardModels`).
+SINGLE_ROLES = ("actor", "critic", "reference", "teacher")
 
 
 def model_sources(cfg: JobConfig) -> Iterator[tuple[str, ModelSource]]:
     """(role, source) of every model the job names, as written (defaults not filled in)."""
     m = cfg.models
-    named = [("actor", m.actor), ("critic", m.critic), ("reference", m.reference)]
-    for role, source in [*named, ("teacher", m.teacher)]:
+    for role in SINGLE_ROLES:
+        source = getattr(m, role)
         if source is not None:
             yield role, source
     for i, reward_model in enumerate(m.reward_models):
