@@ -2,9 +2,11 @@
 batch while the actor trains on step t's, one step off-policy, and the run still learns and
 still resumes exactly.
 
-The resume test (6 tiny GRPO steps, killed after the step-3 checkpoint) passed in 10 min on 2
-shared cores; steps 2-6 waited ~0 s for their batch (generated during the previous step's
-update) and trained it one step stale.
+Measured on 2 shared cores: GRPO on the tiny example with async (100 steps, 3.3 min) went
+from a mean reward of 0.062 over the first 20 % of steps to 0.985 over the last 20 %, every
+step after the first one step stale (sync GRPO: 0.09 -> 1.00, see test_learning). The resume
+test (6 steps, killed after the step-3 checkpoint) passed; its steps 2-6 waited ~0 s for
+their batch, generated during the previous step's update.
 """
 
 from __future__ import annotations
