@@ -171,7 +171,7 @@ class OfflineTrainRank(TrainedRank):
             from rlhf_trainer.data.steps import step_ids
             from rlhf_trainer.models.loading import load_tokenizer
 
-            tokenizer = load_tokenizer(self.settings.model_dir)
+            tokenizer = load_tokenizer(self.settings.model_dir, self.load_options())
             ids = step_ids(tokenizer, self.settings.job.algorithm.prm, "algorithm.prm")
             self._label_ids = (ids.positive, ids.negative)
         return self._label_ids
