@@ -78,6 +78,7 @@ REFUSALS = [
         "algorithm.useKlLoss",
     ),
     ("agent", doc(rollout={"agent": {"mode": "single-turn"}}), "rollout.agent"),
+    ("ppo-epochs", doc(training={"ppoEpochs": 2}), "training.ppoEpochs"),
     ("batch-vs-ranks", doc(training={"trainBatchSize": 7}), "training.trainBatchSize"),
 ]
 

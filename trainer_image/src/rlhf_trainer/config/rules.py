@@ -138,6 +138,11 @@ def _iterative_problems(cfg: JobConfig) -> list[Problem]:
         ("algorithm.overlongBuffer", a.overlong_buffer is not None, "selection ranks raw rewards"),
         ("algorithm.useKlLoss", a.use_kl_loss, "the objective is SFT or DPO, with no KL term"),
         ("rollout.agent", cfg.rollout.agent is not None, "rounds are single-turn"),
+        (
+            "training.ppoEpochs",
+            cfg.training.ppo_epochs != 1,
+            "a round trains training.epochs passes over its selection",
+        ),
     ]
     for field, given, why in unused:
         if given:

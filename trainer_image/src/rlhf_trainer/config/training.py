@@ -56,7 +56,12 @@ class TrainingConfig(ConfigModel):
     micro_train_batch_size: int = Field(4, gt=0, description="Per-device micro batch.")
     ppo_epochs: int = Field(1, gt=0, le=100, description="Passes over each step's samples.")
     num_episodes: int = Field(1, gt=0, description="Passes over the prompt data set.")
-    epochs: int = Field(1, gt=0, description="Passes over the data set (offline trainers).")
+    epochs: int = Field(
+        1,
+        gt=0,
+        description="Passes over the data set (offline trainers), or over each round's "
+        "selected samples (rejection-sampling, iterative-dpo).",
+    )
     max_steps: int | None = Field(
         None, gt=0, description="Stop after this many steps; default: what the data allows."
     )

@@ -31,8 +31,6 @@ Experience = dict[str, Tensor]
 
 
 class IterativeTrainer(Trainer):
-    cluster: Any
-
     @property
     def pairs(self) -> bool:
         return self.cfg.algorithm.name is AlgorithmName.ITERATIVE_DPO
