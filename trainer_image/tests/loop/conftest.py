@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 import yaml
 
 REPO = Path(__file__).resolve().parents[3]
@@ -90,6 +91,27 @@ def step_metrics(run_dir: Path) -> dict[int, dict[str, float]]:
     for record in read_metrics(run_dir):
         out[record["step"]] = {k: v for k, v in record["metrics"].items() if not is_wall_clock(k)}
     return out
+
+
+def assert_resume_was_exact(
+    straight: Path, resumed: Path, *, steps: int, written_before: int, resumed_at: int
+) -> None:
+    """A run resumed at step `resumed_at` (after `written_before` step records) redid exactly
+    the steps after it, and every step's metrics and the final weights equal those of the
+    run never interrupted."""
+    from safetensors.torch import load_file
+
+    redone = [r["step"] for r in read_metrics(resumed)[written_before:]]
+    assert redone == list(range(resumed_at + 1, steps + 1))
+    a, b = step_metrics(straight), step_metrics(resumed)
+    assert sorted(a) == sorted(b) == list(range(1, steps + 1))
+    for step in range(1, steps + 1):
+        assert a[step] == b[step], f"step {step} differs"
+    weights_a = load_file(straight / "final" / "actor" / "model.safetensors")
+    weights_b = load_file(resumed / "final" / "actor" / "model.safetensors")
+    assert weights_a.keys() == weights_b.keys()
+    for name in weights_a:
+        assert torch.equal(weights_a[name], weights_b[name]), name
 
 
 def rlhf_run(
