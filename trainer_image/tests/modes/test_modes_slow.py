@@ -32,7 +32,8 @@ def run_example(cfg: JobConfig, base: Path, run_dir: Path) -> list[dict[str, obj
 
 def test_conditioning_on_a_high_score_yields_better_answers(ray_up: None, tmp_path: Path) -> None:
     """tiny-conditional-sft-cpu: 16 answers sampled (temperature 1) per letter, the prompt
-    conditioned on score 4 and on score 0. Measured: not yet (no test slot before landing)."""
+    conditioned on score 4 and on score 0. Measured: mean reward 0.72 at score 4, 0.02 at score 0
+    (192 steps, 3.7 min on 2 shared cores)."""
     cfg, base = example("tiny-conditional-sft-cpu")
     run_example(cfg, base, tmp_path / "csft")
     final = tmp_path / "csft" / "final"
@@ -48,7 +49,7 @@ def test_conditioning_on_a_high_score_yields_better_answers(ray_up: None, tmp_pa
         return mean(rewards)
 
     high, low = reward(4), reward(0)
-    assert high > low + 0.2, (high, low)
+    assert high > low + 0.4, (high, low)
 
 
 def test_the_student_matches_its_teacher(ray_up: None, tmp_path: Path) -> None:
