@@ -33,7 +33,7 @@ def run_example(cfg: JobConfig, base: Path, run_dir: Path) -> list[dict[str, obj
 def test_conditioning_on_a_high_score_yields_better_answers(ray_up: None, tmp_path: Path) -> None:
     """tiny-conditional-sft-cpu: 16 answers sampled (temperature 1) per letter, the prompt
     conditioned on score 4 and on score 0. Measured: mean reward 0.72 at score 4, 0.02 at score 0
-    (192 steps, 3.7 min on 2 shared cores)."""
+    (192 steps, 5.4 min of training on 2 shared cores)."""
     cfg, base = example("tiny-conditional-sft-cpu")
     run_example(cfg, base, tmp_path / "csft")
     final = tmp_path / "csft" / "final"
