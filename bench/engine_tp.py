@@ -56,15 +56,15 @@ def child(args: argparse.Namespace, tp: int) -> dict[str, Any]:
     spec = RandomInit.model_validate(SIZES[args.size])
     model_dir = resolve_model_dir(ModelSource(random_init=spec), model_cache_dir())
     tokenizer = load_tokenizer(model_dir)
-    prompts = [
+    texts = [
         tokenizer.apply_chat_template(
             [{"role": "user", "content": repeat_letter_prompt("ab"[i % 2])}],
             add_generation_prompt=True,
-            tokenize=True,
+            tokenize=False,
         )
         for i in range(args.prompts)
     ]
-    prompts = [list(p["input_ids"]) if isinstance(p, dict) else list(p) for p in prompts]
+    prompts = [tokenizer.encode(t, add_special_tokens=False) for t in texts]
     max_len = max(len(p) for p in prompts) + args.new_tokens
     dtype_bytes = 2 if args.dtype == "bf16" else 4
     settings = EngineSettings(
