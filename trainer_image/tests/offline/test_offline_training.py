@@ -211,3 +211,27 @@ def test_s3_data_in_and_every_output_file_up_to_the_bucket(
     assert greedy(fetched, "Tell me about owls.", 4) == greedy(
         run_dir / "final", "Tell me about owls.", 4
     )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algorithm", ["dpo", "reward-model"])
+def test_a_packed_run_trains_like_the_padded_one(
+    algorithm: str, ray_up: None, data_dir: Path, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """`training.packingSamples` on the real ranks (trained, and DPO's reference): every step's
+    loss equals the padded run's, the updates in between included."""
+    losses = {}
+    for packed in (False, True):
+        job = offline_job(
+            algorithm,
+            tiny_model_dir,
+            "preferences.jsonl",
+            steps=4,
+            lr=1e-3,
+            training_extra={"packingSamples": packed},
+        )
+        run_dir = tmp_path / f"{algorithm}-packed-{packed}"
+        assert run(job, data_dir, run_dir) == 0
+        losses[packed] = series(step_metrics(run_dir), "loss")
+    assert len(losses[True]) == 4
+    assert losses[True] == pytest.approx(losses[False], rel=1e-4, abs=1e-5)
