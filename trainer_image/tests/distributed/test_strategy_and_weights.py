@@ -14,6 +14,7 @@ from rlhf_trainer.distributed.cluster import kv_cache_bytes
 from rlhf_trainer.distributed.strategy import (
     eval_config,
     gradient_accumulation,
+    init_eval_engine,
     total_optimizer_steps,
     train_config,
 )
@@ -142,3 +143,15 @@ def test_kv_cache_is_sized_from_the_model(tmp_path: Path) -> None:
     # 2 (K and V) x 12 layers x 768 x 2 bytes = 36 KiB per token, x 1.5 headroom.
     assert kv_cache_bytes(str(tmp_path), 10_000, 2) == int(2 * 12 * 768 * 2 * 10_000 * 1.5)
     assert kv_cache_bytes(str(tmp_path), 1, 2) == 32 * 2**20
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2])
+def test_a_frozen_model_without_zero3_is_placed_on_its_ranks_device(stage: int) -> None:
+    """Below ZeRO-3 no DeepSpeed engine wraps a frozen model (reference, reward, teacher), so
+    the model itself must move to the rank's device: on a GPU rank it stayed on the CPU while
+    its inputs went to cuda:0. The meta device stands in for the GPU here."""
+    model = init_eval_engine(
+        torch.nn.Linear(4, 2), training(zeroStage=stage), 1, torch.device("meta")
+    )
+    assert all(p.device.type == "meta" and not p.requires_grad for p in model.parameters())
+    assert not model.training

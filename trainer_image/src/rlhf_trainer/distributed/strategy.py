@@ -151,13 +151,17 @@ def init_train_engine(
     return engine
 
 
-def init_eval_engine(model: nn.Module, t: TrainingConfig, world_size: int) -> nn.Module:
-    """A frozen model: sharded by a DeepSpeed ZeRO-3 engine when zeroStage is 3, else as is."""
+def init_eval_engine(
+    model: nn.Module, t: TrainingConfig, world_size: int, device: torch.device
+) -> nn.Module:
+    """A frozen model: sharded by a DeepSpeed ZeRO-3 engine when zeroStage is 3, else whole on
+    this rank's device (DeepSpeed places the ZeRO-3 engine itself; without it nothing would
+    move the weights off the CPU where `from_pretrained` loaded them)."""
     model.eval()
     for p in model.parameters():
         p.requires_grad_(False)
     if t.zero_stage != 3:
-        return model
+        return model.to(device)
     import deepspeed
 
     engine, _, _, _ = deepspeed.initialize(

@@ -24,7 +24,9 @@ class ReferenceWorker(RankBase):
         from rlhf_trainer.models.loading import load_causal_lm
 
         model = load_causal_lm(self.settings.model_dir, self.dtype, self.load_options())
-        self.model = init_eval_engine(model, self.settings.job.training, self.world_size)
+        self.model = init_eval_engine(
+            model, self.settings.job.training, self.world_size, self.device
+        )
         self.check_packing(self.model)
         return count_params(model)
 
@@ -45,7 +47,9 @@ class RewardModelWorker(RankBase):
         from rlhf_trainer.models.loading import load_value_model
 
         model = load_value_model(self.settings.model_dir, self.dtype, self.load_options())
-        self.model = init_eval_engine(model, self.settings.job.training, self.world_size)
+        self.model = init_eval_engine(
+            model, self.settings.job.training, self.world_size, self.device
+        )
         self.check_packing(self.model, value_model=True)
         return count_params(model)
 
@@ -80,7 +84,9 @@ class ProcessRewardWorker(RankBase):
         self.tokenizer = load_tokenizer(self.settings.model_dir, options)
         self.ids = step_ids(self.tokenizer, process, f"models.rewardModels[{index}].process")
         model = load_causal_lm(self.settings.model_dir, self.dtype, options)
-        self.model = init_eval_engine(model, self.settings.job.training, self.world_size)
+        self.model = init_eval_engine(
+            model, self.settings.job.training, self.world_size, self.device
+        )
         return count_params(model)
 
     @torch.no_grad()

@@ -28,7 +28,9 @@ class OfflineReferenceRank(RankBase):
 
         self.spec = offline_spec(self.settings.job)
         model = load_causal_lm(self.settings.model_dir, self.dtype, self.load_options())
-        self.model = init_eval_engine(model, self.settings.job.training, self.world_size)
+        self.model = init_eval_engine(
+            model, self.settings.job.training, self.world_size, self.device
+        )
         self.check_packing(self.model)
         return count_params(model)
 
