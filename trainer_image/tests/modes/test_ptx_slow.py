@@ -30,7 +30,9 @@ def pretrain_loss(model_dir: Path, cfg: JobConfig, base: Path) -> float:
 def test_ptx_keeps_the_pretraining_loss_lower(ray_up: None, tmp_path: Path) -> None:
     """tiny-ppo-ptx-cpu against the same run without ptx (ptxCoef 0, no data.pretrain): the
     final policy's LM loss on the pretraining text is lower with ptx, and the reward still
-    rises. Measured: not yet (no test slot before landing)."""
+    rises. Measured (87 s): pretraining LM loss of the final policy 5.28 with ptx vs 6.39
+    without; ptx_loss 6.25 -> 5.26 over 30 steps; reward (first vs last 5 steps) 0.031 -> 0.034
+    with ptx, 0.031 -> 0.034 without."""
     (job,) = load_file(EXAMPLES / "tiny-ppo-ptx-cpu.yaml")
     assert job.config is not None, job.problems
     with_ptx = job.config
@@ -45,7 +47,7 @@ def test_ptx_keeps_the_pretraining_loss_lower(ray_up: None, tmp_path: Path) -> N
         records = step_metrics(run_dir)
         reward = series(records, "reward")
         assert mean(reward[-5:]) > mean(reward[:5]), (name, reward)
-        losses[name] = pretrain_loss(run_dir / "final", with_ptx, job.base_dir)
+        losses[name] = pretrain_loss(run_dir / "final" / "actor", with_ptx, job.base_dir)
     ptx_losses = series(step_metrics(tmp_path / "ptx"), "ptx_loss")
     assert ptx_losses[-1] < ptx_losses[0]
     assert losses["ptx"] < losses["plain"] - 0.5, losses
