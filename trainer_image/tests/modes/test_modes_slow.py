@@ -98,15 +98,11 @@ def held_out_step_accuracy(model_dir: Path, cfg: JobConfig, base: Path) -> float
     return float(stats["accuracy"])
 
 
-@pytest.mark.xfail(
-    reason="measured: held-out step accuracy 0.46 -> 0.52 after 64 steps: the tiny example "
-    "does not learn the task yet (more steps or a higher learning rate needed)",
-    strict=False,
-)
 def test_the_prm_judges_held_out_steps_and_scores_rollouts(ray_up: None, tmp_path: Path) -> None:
     """tiny-prm-cpu: step accuracy on the 64 held-out examples (256 steps) rises from the
     random-init model's; as a reward model (min aggregation) it scores a right answer above a
-    wrong one. Measured: not yet (no test slot before landing)."""
+    wrong one. Measured with the example (4 layers, 640 steps, 1-2 min): held-out step
+    accuracy 1.0 (2 layers and 320 steps reached only 0.71)."""
     import torch
 
     from rlhf_trainer.data.steps import step_ids
