@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/packing.py [--size M] [--samples 32] [--micro 8] [--prompt 4:28]
         [--response 1:96] [--dtype fp32|bf16] [--attn sdpa|eager] [--iters 3] [--repeats 3]
+        [--device cpu|cuda]
 
 The work of one training phase of a GRPO/PPO step, done the way the actor rank does it
 (`distributed.workers.trained`): `--samples` rollouts in micro-batches of `--micro`, each
@@ -46,6 +47,19 @@ from rlhf_trainer.distributed.forward import action_log_probs, trim_padding
 from rlhf_trainer.loop.objectives import PolicyLossSettings, policy_objective
 from rlhf_trainer.models.loading import LoadOptions, load_causal_lm
 from rlhf_trainer.models.tiny import build_tiny_model
+
+# A GPU-sized model beside bench/ppo_step.py's CPU sizes (about 0.86B parameters): on an H100/H200
+# the CPU sizes are too small for the saving of packing to show above kernel-launch latency.
+BENCH_SIZES = SIZES | {
+    "1B": {
+        "hiddenSize": 2048,
+        "numLayers": 16,
+        "numHeads": 16,
+        "intermediateSize": 5632,
+        "vocabSize": 8192,
+        "maxPositionEmbeddings": 2048,
+    }
+}
 
 SETTINGS = PolicyLossSettings(
     clip_low=0.2,
@@ -93,6 +107,7 @@ def update(
     model: Any, optimizer: Any, micros: list[dict[str, Tensor]], packed: bool
 ) -> tuple[float, float]:
     """One update; (wall seconds, CPU seconds of this process)."""
+    synchronize()
     started, cpu = time.perf_counter(), time.process_time()
     for micro in micros:
         logp, _ = action_log_probs(model, micro, 1.0, with_entropy=True, packed=packed)
@@ -102,12 +117,18 @@ def update(
         (loss / len(micros)).backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
+    synchronize()  # a GPU runs the update asynchronously: time it to its end
     return time.perf_counter() - started, time.process_time() - cpu
+
+
+def synchronize() -> None:
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", choices=sorted(SIZES), default="M")
+    parser.add_argument("--size", choices=sorted(BENCH_SIZES), default="M")
     parser.add_argument("--samples", type=int, default=32)
     parser.add_argument("--micro", type=int, default=8)
     parser.add_argument("--prompt", default="4:28", help="prompt lengths, low:high")
@@ -117,18 +138,25 @@ def main() -> int:
     parser.add_argument("--iters", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (0: default)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     args = parser.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: torch sees no CUDA GPU here")
     if args.threads:
         torch.set_num_threads(args.threads)
 
     with tempfile.TemporaryDirectory() as work:
-        model_dir = build_tiny_model(RandomInit.model_validate(SIZES[args.size]), Path(work) / "m")
+        model_dir = build_tiny_model(
+            RandomInit.model_validate(BENCH_SIZES[args.size]), Path(work) / "m"
+        )
         dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
         model: Any = load_causal_lm(model_dir, dtype, LoadOptions(attn_implementation=args.attn))
-    model.train()
+    model.to(args.device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6, foreach=False)
     batch = rollout_batch(args, model.config.vocab_size)
-    micros = micro_batches(batch, args.micro)
+    micros = [
+        {k: v.to(args.device) for k, v in m.items()} for m in micro_batches(batch, args.micro)
+    ]
     real = int(batch["attention_mask"].sum())
     computed = {
         "padded": sum(int(m["attention_mask"].numel()) for m in micros),
@@ -145,6 +173,7 @@ def main() -> int:
             cpu[mode].append(statistics.median(r[1] for r in runs))
             print(f"{mode}: {times[mode][-1]:.3f} s", file=sys.stderr, flush=True)
     common = {"bench": "packing", "size": args.size, "dtype": args.dtype, "attn": args.attn}
+    common |= {"device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu"}
     common |= {"samples": args.samples, "micro": args.micro, "threads": args.threads}
     common |= {"real_tokens": real}
     for mode in ("padded", "packed"):
