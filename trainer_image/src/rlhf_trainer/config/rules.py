@@ -9,17 +9,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .algorithm import GROUP_ALGORITHMS, ITERATIVE_ALGORITHMS, ONLINE_ALGORITHMS, AlgorithmName
+from .algorithm import GROUP_ALGORITHMS, AlgorithmName
+from .algorithm_rules import algorithm_problems, iterative_problems
 from .attention_rules import attention_problems
 from .autorules import auto_problems
 from .base import Problem
-from .builtins import BUILTIN_REWARD_NAMES, BUILTIN_TASK_NAMES, builtin_problem
-from .checkpoint import ResumePolicy
+from .data_rules import builtin_problems, data_problems, eval_problems
 from .layout import layout_problems
 from .location_rules import location_problems, storage_problems
 from .mode_rules import auto_mode_problems, mode_problems
 from .placement import Device
+from .reward_rules import remote_reward_problems, reward_source_problems
 from .rollout import RolloutEngine
+from .training_rules import batch_problems, resume_problems, training_problems
 
 if TYPE_CHECKING:
     from .job import JobConfig
@@ -33,186 +35,26 @@ def job_problems(cfg: JobConfig) -> list[Problem]:
 
 def _placed_problems(cfg: JobConfig) -> list[Problem]:
     return [
-        *_algorithm_problems(cfg),
-        *_iterative_problems(cfg),
+        *algorithm_problems(cfg),
+        *iterative_problems(cfg),
         *mode_problems(cfg),
-        *_reward_source_problems(cfg),
-        *_remote_reward_problems(cfg),
-        *_batch_problems(cfg),
+        *reward_source_problems(cfg),
+        *remote_reward_problems(cfg),
+        *batch_problems(cfg),
         *layout_problems(cfg),
         *_rollout_problems(cfg),
         *_async_problems(cfg),
-        *_training_problems(cfg),
+        *training_problems(cfg),
         *attention_problems(cfg),
-        *_data_problems(cfg),
+        *data_problems(cfg),
         *_dynamic_sampling_problems(cfg),
-        *_eval_problems(cfg),
-        *_builtin_problems(cfg),
+        *eval_problems(cfg),
+        *builtin_problems(cfg),
         *location_problems(cfg),
         *storage_problems(cfg),
-        *_resume_problems(cfg),
+        *resume_problems(cfg),
         *_unimplemented_problems(cfg),
     ]
-
-
-def _algorithm_problems(cfg: JobConfig) -> list[Problem]:
-    algo = cfg.algorithm.name
-    out: list[Problem] = []
-    if algo.is_group_estimator and cfg.rollout.samples_per_prompt < 2:
-        out.append(
-            Problem(
-                "rollout.samplesPerPrompt",
-                f"must be > 1 for algorithm {algo.value} (got {cfg.rollout.samples_per_prompt})",
-            )
-        )
-    if algo is AlgorithmName.CDPO and cfg.algorithm.label_smoothing <= 0:
-        out.append(
-            Problem(
-                "algorithm.labelSmoothing",
-                "must be > 0 for algorithm cdpo (conservative DPO's label noise), e.g. 0.1",
-            )
-        )
-    if cfg.training.freeze_actor_steps and not algo.needs_critic:
-        out.append(
-            Problem(
-                "training.freezeActorSteps",
-                f"critic warm-up needs a critic: only algorithm ppo has one (got {algo.value})",
-            )
-        )
-    return out
-
-
-def _iterative_problems(cfg: JobConfig) -> list[Problem]:
-    """Rejection sampling and iterative DPO: their own knobs, and what they do not use."""
-    a, algo = cfg.algorithm, cfg.algorithm.name
-    out: list[Problem] = []
-    own = [
-        (
-            "iterations",
-            a.iterations is not None,
-            algo.is_iterative,
-            "rejection-sampling and iterative-dpo",
-        ),
-        (
-            "rewardThreshold",
-            a.reward_threshold is not None,
-            algo is AlgorithmName.REJECTION_SAMPLING,
-            "rejection-sampling",
-        ),
-        (
-            "refreshReference",
-            a.refresh_reference,
-            algo is AlgorithmName.ITERATIVE_DPO,
-            "iterative-dpo",
-        ),
-    ]
-    for field, given, applies, which in own:
-        if given and not applies:
-            out.append(
-                Problem(
-                    f"algorithm.{field}", f"applies to {which} only; remove it for {algo.value}"
-                )
-            )
-    if not algo.is_iterative:
-        return out
-    n = cfg.rollout.samples_per_prompt
-    if n < 2 and (algo is AlgorithmName.ITERATIVE_DPO or a.reward_threshold is None):
-        why = (
-            "a chosen/rejected pair needs two samples of a prompt"
-            if algo is AlgorithmName.ITERATIVE_DPO
-            else "best-of-n needs several samples of a prompt (or set algorithm.rewardThreshold)"
-        )
-        out.append(
-            Problem("rollout.samplesPerPrompt", f"must be > 1 for {algo.value}: {why}; got {n}")
-        )
-    if a.refresh_reference and cfg.models.reference is not None:
-        out.append(
-            Problem(
-                "algorithm.refreshReference",
-                "replaces the reference with the policy at the start of each round, so "
-                "models.reference would never be used: remove one of them",
-            )
-        )
-    unused = [
-        ("algorithm.normalizeReward", a.normalize_reward, "selection ranks raw rewards"),
-        ("algorithm.overlongBuffer", a.overlong_buffer is not None, "selection ranks raw rewards"),
-        ("algorithm.useKlLoss", a.use_kl_loss, "the objective is SFT or DPO, with no KL term"),
-        ("rollout.agent", cfg.rollout.agent is not None, "rounds are single-turn"),
-        (
-            "training.ppoEpochs",
-            cfg.training.ppo_epochs != 1,
-            "a round trains training.epochs passes over its selection",
-        ),
-    ]
-    for field, given, why in unused:
-        if given:
-            out.append(Problem(field, f"is not used by {algo.value} ({why}); remove it"))
-    return out
-
-
-def _reward_source_problems(cfg: JobConfig) -> list[Problem]:
-    algo = cfg.algorithm.name
-    if algo.is_online and not cfg.models.has_reward_source:
-        return [
-            Problem(
-                "models",
-                f"algorithm {algo.value} needs a reward source: set rewardModels, "
-                "rewardFunction or remoteReward",
-            )
-        ]
-    if not algo.is_online and cfg.models.has_reward_source:
-        return [
-            Problem(
-                "models",
-                f"reward sources are used by online algorithms only; algorithm {algo.value} "
-                "trains on a fixed data set: remove rewardModels/rewardFunction/remoteReward",
-            )
-        ]
-    return []
-
-
-def _remote_reward_problems(cfg: JobConfig) -> list[Problem]:
-    remote = cfg.models.remote_reward
-    if remote is None or not remote.url.startswith("http://") or remote.allow_insecure_http:
-        return []
-    return [
-        Problem(
-            "models.remoteReward.url",
-            "http:// sends the prompts and responses unencrypted: use https://, or set "
-            "models.remoteReward.allowInsecureHttp: true for a service on a trusted network",
-        )
-    ]
-
-
-def _batch_problems(cfg: JobConfig) -> list[Problem]:
-    t, p = cfg.training, cfg.placement
-    out: list[Problem] = []
-    roles = [("actorGpus", p.actor_gpus)]
-    if cfg.algorithm.name.needs_critic:
-        roles.append(("criticGpus", p.critic_gpus))
-    for field, ranks in roles:
-        unit = t.micro_train_batch_size * ranks
-        if t.train_batch_size % unit:
-            out.append(
-                Problem(
-                    "training.trainBatchSize",
-                    f"must be divisible by microTrainBatchSize x placement.{field} "
-                    f"({t.micro_train_batch_size} x {ranks} = {unit}); got {t.train_batch_size}",
-                )
-            )
-    # An iterative round trains on however many samples it selected (see rlhf_trainer.iterative).
-    if cfg.algorithm.name.is_online and not cfg.algorithm.name.is_iterative:
-        samples = t.rollout_batch_size * cfg.rollout.samples_per_prompt
-        if samples % t.train_batch_size:
-            out.append(
-                Problem(
-                    "training.trainBatchSize",
-                    f"must divide rolloutBatchSize x rollout.samplesPerPrompt "
-                    f"({t.rollout_batch_size} x {cfg.rollout.samples_per_prompt} = {samples}); "
-                    f"got {t.train_batch_size}",
-                )
-            )
-    return out
 
 
 def _rollout_problems(cfg: JobConfig) -> list[Problem]:
@@ -313,31 +155,6 @@ def _async_problems(cfg: JobConfig) -> list[Problem]:
     return out
 
 
-def _training_problems(cfg: JobConfig) -> list[Problem]:
-    t = cfg.training
-    if t.adam_offload and t.zero_stage == 0:
-        return [
-            Problem(
-                "training.adamOffload",
-                "DeepSpeed offloads optimizer states only with ZeRO: set training.zeroStage >= 1",
-            )
-        ]
-    return []
-
-
-def _data_problems(cfg: JobConfig) -> list[Problem]:
-    train = cfg.data.train
-    total = sum(s.probability for s in train)
-    if len(train) > 1 and abs(total - 1.0) > 1e-6:
-        return [
-            Problem(
-                "data.train",
-                f"mixing probabilities of several sources must sum to 1 (got {total:g})",
-            )
-        ]
-    return []
-
-
 def _dynamic_sampling_problems(cfg: JobConfig) -> list[Problem]:
     algo = cfg.algorithm.name
     if not cfg.algorithm.dynamic_sampling:
@@ -363,55 +180,6 @@ def _dynamic_sampling_problems(cfg: JobConfig) -> list[Problem]:
             )
         )
     return out
-
-
-def _eval_problems(cfg: JobConfig) -> list[Problem]:
-    t, algo = cfg.training, cfg.algorithm.name
-    out: list[Problem] = []
-    if cfg.data.eval and (not algo.is_online or algo.is_iterative):
-        rl = ", ".join(sorted(a.value for a in ONLINE_ALGORITHMS - ITERATIVE_ALGORITHMS))
-        out.append(
-            Problem(
-                "data.eval",
-                f"evaluation during training runs in the RL loop ({rl}); it is not implemented "
-                f"for algorithm {algo.value}: remove it",
-            )
-        )
-    for field, value in (("evalEverySteps", t.eval_every_steps), ("evalSamples", t.eval_samples)):
-        if value is not None and not cfg.data.eval:
-            out.append(
-                Problem(f"training.{field}", "evaluates on data.eval prompts: set data.eval too")
-            )
-    return out
-
-
-def _builtin_problems(cfg: JobConfig) -> list[Problem]:
-    out: list[Problem] = []
-    named = [("train", cfg.data.train), ("eval", cfg.data.eval), ("pretrain", cfg.data.pretrain)]
-    indexed = [(which, i, s) for which, sources in named for i, s in enumerate(sources)]
-    for which, index, source in indexed:
-        why = builtin_problem(source.builtin, BUILTIN_TASK_NAMES) if source.builtin else None
-        if why:
-            out.append(Problem(f"data.{which}[{index}].builtin", why))
-    function = cfg.models.reward_function
-    if function is not None and function.builtin is not None:
-        why = builtin_problem(function.builtin, BUILTIN_REWARD_NAMES)
-        if why:
-            out.append(Problem("models.rewardFunction.builtin", why))
-    return out
-
-
-def _resume_problems(cfg: JobConfig) -> list[Problem]:
-    c = cfg.checkpoint
-    if c.resume_from is not None and c.resume is ResumePolicy.NEVER:
-        return [
-            Problem(
-                "checkpoint.resumeFrom",
-                f"names a checkpoint to resume from ({c.resume_from!r}) but checkpoint.resume "
-                "is never: remove one of them",
-            )
-        ]
-    return []
 
 
 def _unimplemented_problems(cfg: JobConfig) -> list[Problem]:

@@ -1,0 +1,63 @@
+"""Rules of the data section: source mixing, evaluation prompts and builtin data sets.
+Pure; `rules.job_problems` runs them with the others.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .algorithm import ITERATIVE_ALGORITHMS, ONLINE_ALGORITHMS
+from .base import Problem
+from .builtins import BUILTIN_REWARD_NAMES, BUILTIN_TASK_NAMES, builtin_problem
+
+if TYPE_CHECKING:
+    from .job import JobConfig
+
+
+def data_problems(cfg: JobConfig) -> list[Problem]:
+    train = cfg.data.train
+    total = sum(s.probability for s in train)
+    if len(train) > 1 and abs(total - 1.0) > 1e-6:
+        return [
+            Problem(
+                "data.train",
+                f"mixing probabilities of several sources must sum to 1 (got {total:g})",
+            )
+        ]
+    return []
+
+
+def eval_problems(cfg: JobConfig) -> list[Problem]:
+    t, algo = cfg.training, cfg.algorithm.name
+    out: list[Problem] = []
+    if cfg.data.eval and (not algo.is_online or algo.is_iterative):
+        rl = ", ".join(sorted(a.value for a in ONLINE_ALGORITHMS - ITERATIVE_ALGORITHMS))
+        out.append(
+            Problem(
+                "data.eval",
+                f"evaluation during training runs in the RL loop ({rl}); it is not implemented "
+                f"for algorithm {algo.value}: remove it",
+            )
+        )
+    for field, value in (("evalEverySteps", t.eval_every_steps), ("evalSamples", t.eval_samples)):
+        if value is not None and not cfg.data.eval:
+            out.append(
+                Problem(f"training.{field}", "evaluates on data.eval prompts: set data.eval too")
+            )
+    return out
+
+
+def builtin_problems(cfg: JobConfig) -> list[Problem]:
+    out: list[Problem] = []
+    named = [("train", cfg.data.train), ("eval", cfg.data.eval), ("pretrain", cfg.data.pretrain)]
+    indexed = [(which, i, s) for which, sources in named for i, s in enumerate(sources)]
+    for which, index, source in indexed:
+        why = builtin_problem(source.builtin, BUILTIN_TASK_NAMES) if source.builtin else None
+        if why:
+            out.append(Problem(f"data.{which}[{index}].builtin", why))
+    function = cfg.models.reward_function
+    if function is not None and function.builtin is not None:
+        why = builtin_problem(function.builtin, BUILTIN_REWARD_NAMES)
+        if why:
+            out.append(Problem("models.rewardFunction.builtin", why))
+    return out
