@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: venv tools demo test lint typecheck imports crd clean-venv
+.PHONY: venv tools demo test lint typecheck imports crd bench-deps clean-venv
 
 # Installs the operator, the trainer (CPU pins) and the dev tools into ./.venv, once.
 $(VENV)/.installed: pyproject.toml
@@ -44,6 +44,12 @@ crd: venv
 	$(VENV)/bin/rlhf-operator crd
 	# The chart and the kustomize base ship byte copies (deploy_tests/test_crd_sync.py).
 	scripts/sync-chart-crds.sh
+
+# TRL 1.16 (the `bench` extra) for bench/ppo_step.py's side-by-side step, installed beside the
+# venv, not in it: bench/overlay-requirements.txt, --no-deps, into ~/.cache/rlhf-operator/bench-site
+# (BENCH_SITE overrides), which the benchmarks add to their path after the venv's.
+bench-deps: venv
+	PY=$(PY) scripts/bench-deps.sh
 
 test: venv tools lint typecheck imports
 	$(VENV)/bin/pytest

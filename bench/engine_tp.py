@@ -1,7 +1,7 @@
 """A vLLM engine's generation tokens/s with tensor parallelism 1 and 2 (and more); JSON lines.
 
     .venv/bin/python bench/engine_tp.py [--size tiny|M|L] [--tp 1,2] [--prompts 32]
-        [--new-tokens 128] [--dtype bf16|fp32] [--calls 3] [--repeats 3]
+        [--new-tokens 128] [--dtype fp32|bf16 (default: by CPU flags)] [--calls 3] [--repeats 3]
 
 The engine is ours (`rlhf_trainer.distributed.vllm_engine.VLLMEngine`, as the trainer starts
 it, without Ray around it), on the same random-init Llama as `bench/ppo_step.py`: `--prompts`
@@ -34,28 +34,20 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ppo_step import SIZES  # the same model sizes
+from common import SIZES, bench_model, default_dtype
 
 
 def child(args: argparse.Namespace, tp: int) -> dict[str, Any]:
     """One engine of `tp` ranks: start, warm up, measure (runs in its own process)."""
     import torch
 
-    from rlhf_trainer.config import ModelSource, RandomInit
     from rlhf_trainer.data.builtin import repeat_letter_prompt
     from rlhf_trainer.distributed.cluster import kv_cache_bytes
     from rlhf_trainer.distributed.vllm_engine import EngineSettings, SamplingSettings, VLLMEngine
     from rlhf_trainer.distributed.weights import pack
-    from rlhf_trainer.models.loading import (
-        load_causal_lm,
-        load_tokenizer,
-        model_cache_dir,
-        resolve_model_dir,
-    )
+    from rlhf_trainer.models.loading import load_causal_lm
 
-    spec = RandomInit.model_validate(SIZES[args.size])
-    model_dir = resolve_model_dir(ModelSource(random_init=spec), model_cache_dir())
-    tokenizer = load_tokenizer(model_dir)
+    model_dir, tokenizer = bench_model(args.size)
     texts = [
         tokenizer.apply_chat_template(
             [{"role": "user", "content": repeat_letter_prompt("ab"[i % 2])}],
@@ -119,11 +111,15 @@ def main() -> int:
     parser.add_argument("--tp", default="1,2", help="Tensor-parallel sizes, comma-separated.")
     parser.add_argument("--prompts", type=int, default=32)
     parser.add_argument("--new-tokens", type=int, default=128)
-    parser.add_argument("--dtype", choices=["fp32", "bf16"], default="bf16")
+    parser.add_argument("--dtype", choices=["fp32", "bf16"], help="Default: by CPU flags.")
     parser.add_argument("--calls", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=3, help="Interleaved rounds.")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.dtype is None:
+        args.dtype, why = default_dtype()
+        if not args.child:
+            print(json.dumps({"bench": "engine_tp", "dtype": args.dtype, "why": why}), flush=True)
     if args.child:
         print("RESULT " + json.dumps(child(args, args.child)), flush=True)
         return 0

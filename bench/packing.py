@@ -40,7 +40,7 @@ import torch
 from torch import Tensor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ppo_step import SIZES
+from common import SIZES
 
 from rlhf_trainer.config import RandomInit
 from rlhf_trainer.distributed.forward import action_log_probs, trim_padding

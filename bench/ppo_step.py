@@ -2,24 +2,30 @@
 
     .venv/bin/python bench/ppo_step.py [--size tiny|M|L] [--steps 6] [--warmup 2]
         [--dtype fp32|bf16] [--prompts 8] [--samples 4] [--new-tokens 64] [--repeats 1]
-        [--algorithms grpo,ppo] [--async off|on|both] [--skip-trl]
+        [--algorithms grpo,ppo] [--variants sync,async,packed] [--skip-trl]
 
 Identical work on both sides (BENCH.md): the same random-init Llama and tokenizer, the same
 chat-templated repeat-letter prompts, `--samples` generations of `--new-tokens` tokens per prompt,
 one optimizer step over the whole batch per step (one PPO epoch), the same reward function,
 no KL term (so neither side runs a reference model), no gradient checkpointing. Ours runs
 through `rlhf run`'s code path (Ray placement, DeepSpeed ranks, vLLM engine, weight sync).
+The TRL side needs trl==1.16.0 beside the venv: `make bench-deps` (bench/README.md).
+`--dtype` defaults to bf16 only where the CPU has native bf16 (avx512_bf16 or amx_bf16 in
+/proc/cpuinfo), else fp32; the first line says which and why.
 
 Printed, one JSON line each:
-- `impl: rlhf, algorithm: grpo` and `algorithm: ppo` (critic + GAE), each with `async` off
-  and/or on (`rollout.async`): median seconds per phase over the measured steps (generation,
+- `impl: rlhf, algorithm: grpo` and `algorithm: ppo` (critic + GAE), for each of
+  `--variants`: `sync`, `async` (`rollout.async`), `packed` (`training.packingSamples`),
+  `async-packed`: median seconds per phase over the measured steps (generation,
   weight_sync, make_experience, training, total; with async, generation is only the wait for
   a batch generated during the previous step, and `engine_generation_s` the engines' own
   time), generated tokens/s, weight sync as a share of the step, start-up seconds;
-- `impl: trl`: median seconds per step and the share spent in `generate`;
-- `comparison`, one per GRPO mode: ours/TRL step-time ratio, median over `--repeats`
+- `impl: trl`: median seconds per step and the share spent in `generate` (TRL 1.16's
+  GRPOTrainer has no padding-free option, so it has one mode);
+- `comparison`, one per GRPO variant: ours/TRL step-time ratio, median over `--repeats`
   interleaved rounds (goal at size L: <= 0.7 sync, <= 0.6 async), and the weight sync's share
-  of our step (goal: <= 2 %).
+  of our step (goal: <= 2 %); and, with `sync` and `packed`, ours packed vs padded (the
+  actor update's time in its rank; goal: >= 30 % saved at 50 % padding).
 """
 
 from __future__ import annotations
@@ -38,28 +44,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
-SIZES: dict[str, dict[str, int]] = {
-    "tiny": {},  # RandomInit defaults: hidden 64, 2 layers, vocab 512
-    "M": {
-        "hiddenSize": 512,
-        "numLayers": 8,
-        "numHeads": 8,
-        "intermediateSize": 2048,
-        "vocabSize": 4096,
-    },
-    "L": {
-        "hiddenSize": 768,
-        "numLayers": 12,
-        "numHeads": 12,
-        "intermediateSize": 2048,
-        "vocabSize": 4096,
-    },
-}
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import SIZES, bench_model, default_dtype, require_trl
+
 PHASES = ("generation", "weight_sync", "make_experience", "training", "total")
 
 
 def job_document(
-    args: argparse.Namespace, algorithm: str, async_rollout: bool = False
+    args: argparse.Namespace, algorithm: str, async_rollout: bool = False, packed: bool = False
 ) -> dict[str, Any]:
     samples = args.prompts * args.samples
     return {
@@ -86,6 +78,7 @@ def job_document(
             "criticLearningRate": 1e-5,
             "zeroStage": 0,
             "bf16": args.dtype == "bf16",
+            "packingSamples": packed,
         },
         "placement": {
             "device": "cpu",
@@ -102,14 +95,25 @@ def median(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
 
-def run_ours(
-    args: argparse.Namespace, algorithm: str, work: Path, async_rollout: bool = False
-) -> dict[str, Any]:
+VARIANTS = {  # name: (rollout.async, training.packingSamples)
+    "sync": (False, False),
+    "async": (True, False),
+    "packed": (False, True),
+    "async-packed": (True, True),
+}
+
+
+def variant_label(algorithm: str, variant: str) -> str:
+    return algorithm if variant == "sync" else f"{algorithm}-{variant}"
+
+
+def run_ours(args: argparse.Namespace, algorithm: str, work: Path, variant: str) -> dict[str, Any]:
     from rlhf_trainer.config import load_document
     from rlhf_trainer.runner.main import run_job
 
-    label = f"{algorithm}-async" if async_rollout else algorithm
-    document = job_document(args, algorithm, async_rollout)
+    async_rollout, packed = VARIANTS[variant]
+    label = variant_label(algorithm, variant)
+    document = job_document(args, algorithm, async_rollout, packed)
     job = load_document(document, f"bench-{label}.yaml", work)
     if job.config is None:
         raise SystemExit("\n".join(job.problems))
@@ -135,6 +139,7 @@ def run_ours(
         "impl": "rlhf",
         "algorithm": algorithm,
         "async": async_rollout,
+        "packing_samples": packed,
         "size": args.size,
         "dtype": args.dtype,
         "prompts": args.prompts,
@@ -147,6 +152,7 @@ def run_ours(
         "engine_generation_s": round(engine, 4),
         "staleness": median([r["metrics"].get("staleness", 0.0) for r in measured]),
         "generated_tokens_per_step": tokens,
+        "response_length": median([r["metrics"]["response_length"] for r in measured]),
         "tokens_per_s": round(tokens / phases["total"], 1),
         "generation_tokens_per_s": round(tokens / engine, 1),
         "weight_sync_share": round(phases["weight_sync"] / phases["total"], 4),
@@ -161,18 +167,10 @@ def run_trl(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer  # type: ignore[attr-defined]
 
-    from rlhf_trainer.config import ModelSource, RandomInit
     from rlhf_trainer.data.builtin import repeat_letter_prompt, repeat_letter_score
-    from rlhf_trainer.models.loading import (
-        load_causal_lm,
-        load_tokenizer,
-        model_cache_dir,
-        resolve_model_dir,
-    )
+    from rlhf_trainer.models.loading import load_causal_lm
 
-    spec = RandomInit.model_validate(SIZES[args.size])
-    model_dir = resolve_model_dir(ModelSource(random_init=spec), model_cache_dir())
-    tokenizer = load_tokenizer(model_dir)
+    model_dir, tokenizer = bench_model(args.size)
     model: Any = load_causal_lm(model_dir, dtype=torch.float32)
     rows = [
         {"prompt": [{"role": "user", "content": repeat_letter_prompt(letter)}], "label": letter}
@@ -258,6 +256,8 @@ def run_trl(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "generation_s": round(median(gen), 4),
         "generation_share": round(median(gen) / step, 3) if step else None,
         "startup_s": round(wall - sum(step_times), 1),
+        # GRPOTrainer pads every batch; TRL 1.16 offers `padding_free` to SFT and DPO only.
+        "padding_free": "not available in TRL 1.16's GRPOTrainer",
     }
 
 
@@ -281,12 +281,43 @@ def comparison(
     }
 
 
+def packing_comparison(
+    args: argparse.Namespace, rounds: list[dict[str, dict[str, Any]]], algorithm: str
+) -> dict[str, Any]:
+    """Ours packed vs padded (`training.packingSamples`), same run, same work."""
+    padded, packed = ([r[variant_label(algorithm, v)] for r in rounds] for v in ("sync", "packed"))
+    in_rank = [
+        q["actor_update_in_rank_s"] / p["actor_update_in_rank_s"]
+        for p, q in zip(padded, packed, strict=True)
+    ]
+    return {
+        "bench": "ppo_step",
+        "comparison": f"{algorithm} packed/padded (ours)",
+        "size": args.size,
+        "dtype": args.dtype,
+        "rounds": len(rounds),
+        "training_s": {
+            "padded": round(median([p["phases_s"]["training"] for p in padded]), 4),
+            "packed": round(median([q["phases_s"]["training"] for q in packed]), 4),
+        },
+        "actor_update_in_rank_s": {
+            "padded": round(median([p["actor_update_in_rank_s"] for p in padded]), 4),
+            "packed": round(median([q["actor_update_in_rank_s"] for q in packed]), 4),
+        },
+        "update_saving": round(1 - median(in_rank), 3),
+        "response_length": median([p["response_length"] for p in padded]),
+        "max_new_tokens": args.new_tokens,
+        "goal_saving_at_half_padding": 0.3,
+        "trl": "TRL 1.16's GRPOTrainer has no padding-free option: it always pads",
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", choices=sorted(SIZES), default="tiny")
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
+    parser.add_argument("--dtype", choices=["fp32", "bf16"], help="Default: by CPU flags.")
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--samples", type=int, default=4)
     parser.add_argument("--new-tokens", type=int, default=64)
@@ -296,39 +327,51 @@ def main() -> int:
     parser.add_argument("--engine", choices=["vllm", "hf"], default="vllm", help="Ours.")
     parser.add_argument("--algorithms", default="grpo,ppo")
     parser.add_argument(
-        "--async",
-        dest="async_modes",
-        choices=["off", "on", "both"],
-        default="off",
-        help="Ours: rollout.async off, on, or both side by side.",
+        "--variants",
+        default="sync,async,packed",
+        help=f"Ours, side by side, comma-separated, of {', '.join(VARIANTS)}.",
     )
     parser.add_argument("--repeats", type=int, default=1, help="Interleaved rounds.")
     args = parser.parse_args()
-    if args.steps <= args.warmup + (args.async_modes != "off"):
+    variants = args.variants.split(",")
+    if unknown := [v for v in variants if v not in VARIANTS]:
+        parser.error(f"--variants: unknown {unknown}; choose from {', '.join(VARIANTS)}")
+    if args.steps <= args.warmup + any(VARIANTS[v][0] for v in variants):
         parser.error(
-            "--steps must exceed --warmup (by 2 with --async: the last step is not measured)"
+            "--steps must exceed --warmup (by 2 with async: its last step is not measured)"
         )
+    why = "as given (--dtype)"
+    if args.dtype is None:
+        args.dtype, why = default_dtype()
+    print(json.dumps({"bench": "ppo_step", "dtype": args.dtype, "why": why}), flush=True)
+    if not args.skip_trl:
+        require_trl()  # before ours run: a missing TRL should not cost their minutes
     # Back to back, interleaved (ours, TRL, ours, TRL, ...): the machine is noisy, so each
     # round compares the two under the same conditions; the summary takes medians.
-    modes = {"off": [False], "on": [True], "both": [False, True]}[args.async_modes]
     rounds: list[dict[str, dict[str, Any]]] = []
     for round_index in range(args.repeats):
         results: dict[str, dict[str, Any]] = {}
         with tempfile.TemporaryDirectory(prefix="bench-ppo-step-") as tmp:
             work = Path(tmp)
             for algorithm in args.algorithms.split(","):
-                for async_rollout in modes:
-                    label = f"{algorithm}-async" if async_rollout else algorithm
-                    results[label] = run_ours(args, algorithm, work, async_rollout)
+                for variant in variants:
+                    label = variant_label(algorithm, variant)
+                    results[label] = run_ours(args, algorithm, work, variant)
                     results[label] |= {"round": round_index}
                     print(json.dumps(results[label]), flush=True)
             if not args.skip_trl:
                 results["trl"] = run_trl(args, work) | {"round": round_index}
                 print(json.dumps(results["trl"]), flush=True)
         rounds.append(results)
-    for label, goal in (("grpo", 0.7), ("grpo-async", 0.6)):
-        if not args.skip_trl and label in rounds[0]:
-            print(json.dumps(comparison(args, rounds, label, goal)), flush=True)
+    # Goals at size L (BENCH.md): <= 0.7x TRL without async, <= 0.6x with it.
+    goals = {"sync": 0.7, "async": 0.6, "packed": 0.7, "async-packed": 0.6}
+    for variant in variants:
+        if not args.skip_trl and "grpo" in args.algorithms.split(","):
+            label = variant_label("grpo", variant)
+            print(json.dumps(comparison(args, rounds, label, goals[variant])), flush=True)
+    for algorithm in args.algorithms.split(","):
+        if {"sync", "packed"} <= set(variants):
+            print(json.dumps(packing_comparison(args, rounds, algorithm)), flush=True)
     return 0
 
 

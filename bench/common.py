@@ -1,0 +1,81 @@
+"""What the benchmarks share: model sizes, the benchmark model, the dtype for this CPU, and
+the overlay directory that holds TRL (`make bench-deps`, see bench/README.md)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+SIZES: dict[str, dict[str, int]] = {
+    "tiny": {},  # RandomInit defaults: hidden 64, 2 layers, vocab 512
+    "M": {
+        "hiddenSize": 512,
+        "numLayers": 8,
+        "numHeads": 8,
+        "intermediateSize": 2048,
+        "vocabSize": 4096,
+    },
+    "L": {
+        "hiddenSize": 768,
+        "numLayers": 12,
+        "numHeads": 12,
+        "intermediateSize": 2048,
+        "vocabSize": 4096,
+    },
+}
+
+# Where `make bench-deps` (scripts/bench-deps.sh) installs TRL and what it needs beyond the venv.
+OVERLAY = Path(
+    os.environ.get("BENCH_SITE", Path.home() / ".cache" / "rlhf-operator" / "bench-site")
+)
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def bench_model(size: str) -> tuple[str, Any]:
+    """The random-init Llama of `size` (built once into the model cache, as a job's
+    `randomInit` is) and its tokenizer: the same files the trainer loads."""
+    from rlhf_trainer.config import ModelSource, RandomInit
+    from rlhf_trainer.models.loading import load_tokenizer, model_cache_dir, resolve_model_dir
+
+    spec = RandomInit.model_validate(SIZES[size])
+    model_dir = resolve_model_dir(ModelSource(random_init=spec), model_cache_dir())
+    return model_dir, load_tokenizer(model_dir)
+
+
+def cpu_flags(cpuinfo: str) -> set[str]:
+    return {f for line in cpuinfo.splitlines() if line.startswith("flags") for f in line.split()}
+
+
+def default_dtype(cpuinfo_path: str = "/proc/cpuinfo") -> tuple[str, str]:
+    """bf16 where the CPU computes it natively (AVX-512 bf16 or AMX), else fp32: without them
+    bf16 matmuls are emulated, ~60x slower than fp32, and would measure the emulation.
+    Returns (dtype, why)."""
+    try:
+        flags = cpu_flags(Path(cpuinfo_path).read_text())
+    except OSError:
+        return "fp32", f"{cpuinfo_path} unreadable: assuming no native bf16"
+    found = [f for f in BF16_FLAGS if f in flags]
+    if found:
+        return "bf16", f"CPU has {', '.join(found)}: native bf16 matmuls"
+    return "fp32", f"CPU lacks {' and '.join(BF16_FLAGS)}: bf16 would be emulated (~60x slower)"
+
+
+def use_overlay() -> None:
+    """Make the overlay's packages importable, after the venv's: it never shadows them."""
+    if OVERLAY.is_dir() and str(OVERLAY) not in sys.path:
+        sys.path.append(str(OVERLAY))
+
+
+def require_trl() -> None:
+    """Stop with what to run when TRL (or what it needs) is missing."""
+    use_overlay()
+    try:
+        import datasets  # noqa: F401
+        import trl  # noqa: F401
+    except ImportError as err:
+        raise SystemExit(
+            f"the TRL side needs trl==1.16.0 and datasets ({err}); install them beside the venv "
+            f"with `make bench-deps` (into {OVERLAY}, see bench/README.md), or pass --skip-trl"
+        ) from err
