@@ -14,10 +14,10 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from .desired import Desired
 from .kube import ApiError, Applied, KubeApi, Outcome, apply, desired_hash
 from .metrics import Metrics
 from .observed import ApplyFailure
-from .reconcile import Desired
 from .settings import OperatorSettings
 
 logger = logging.getLogger(__name__)

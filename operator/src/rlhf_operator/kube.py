@@ -31,7 +31,7 @@ import kopf
 
 from .api.v1alpha1 import GROUP
 from .builders.common import JOB_UID_ANNOTATION, MANAGED_BY_LABEL
-from .reconcile import Desired
+from .desired import Desired
 from .settings import OPERATOR_NAME
 
 logger = logging.getLogger(__name__)

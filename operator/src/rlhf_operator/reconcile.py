@@ -30,6 +30,7 @@ from .builders.children import render_children
 from .builders.common import JSON, BuildError, report_name, trainer_image
 from .builders.secret import RAY_TOKEN_KEY
 from .conditions import Conditions, F, T
+from .desired import Desired
 from .events import Event, transition_events
 from .inputs import Resolution, resolve, with_inputs
 from .observed import Observed
@@ -40,28 +41,6 @@ from .status import STOPPING_FAILURES, evaluate, invalid_status, is_finished, pa
 
 # Paths inside a RayJob that another controller owns while the job waits in a Kueue queue.
 SUSPEND_PATH = ("spec", "suspend")
-
-
-@dataclass(frozen=True)
-class Desired:
-    """A child as it should be. `create_only`: never changed after creation (a PVC's spec is
-    immutable; the report's data is the trainer's; a token must not rotate under a running
-    job). `preserve`: fields another controller owns, left as they are found. `generated`:
-    data keys given a fresh random value when the child is created, and never again
-    (builders are pure, so a secret value cannot come from them)."""
-
-    obj: JSON
-    create_only: bool = False
-    preserve: tuple[tuple[str, ...], ...] = ()
-    generated: tuple[str, ...] = ()
-
-    @property
-    def kind(self) -> str:
-        return str(self.obj["kind"])
-
-    @property
-    def name(self) -> str:
-        return str(self.obj["metadata"]["name"])
 
 
 @dataclass(frozen=True)
