@@ -1,7 +1,7 @@
 """Sample packing vs padding: the actor's PPO update on one batch, side by side; JSON lines.
 
     .venv/bin/python bench/packing.py [--size M] [--samples 32] [--micro 8] [--prompt 4:28]
-        [--response 1:96] [--dtype fp32|bf16] [--attn sdpa|eager] [--iters 3] [--repeats 3]
+        [--response 1:96] [--dtype fp32|bf16] [--attn sdpa|eager|flex_attention] [--iters 3] [--repeats 3]
         [--device cpu|cuda]
 
 The work of one training phase of a GRPO/PPO step, done the way the actor rank does it
@@ -134,7 +134,9 @@ def main() -> int:
     parser.add_argument("--prompt", default="4:28", help="prompt lengths, low:high")
     parser.add_argument("--response", default="1:96", help="response lengths, low:high")
     parser.add_argument("--dtype", choices=("bf16", "fp32"), default="fp32")
-    parser.add_argument("--attn", choices=("sdpa", "eager"), default="sdpa")
+    parser.add_argument(
+        "--attn", choices=("sdpa", "eager", "flex_attention", "flash_attention_2"), default="sdpa"
+    )
     parser.add_argument("--iters", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (0: default)")

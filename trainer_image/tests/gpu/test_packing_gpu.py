@@ -25,7 +25,11 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
 ]
 
-KERNELS = [AttnImplementation.SDPA.value, AttnImplementation.EAGER.value]
+KERNELS = [
+    AttnImplementation.SDPA.value,
+    AttnImplementation.EAGER.value,
+    AttnImplementation.FLEX_ATTENTION.value,
+]
 # (dtype, absolute log-prob tolerance, relative gradient tolerance): bf16 rounds each matmul,
 # and packed and padded rows sum in different orders.
 PRECISIONS = [(torch.float32, 1e-4, 1e-3), (torch.bfloat16, 0.1, 0.1)]
