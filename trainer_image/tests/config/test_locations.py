@@ -13,6 +13,7 @@ from rlhf_trainer.config.locations import (
     PvcPath,
     S3Uri,
     is_relative_local,
+    is_relative_model_path,
     parse_pvc,
     parse_s3,
 )
@@ -77,6 +78,46 @@ def test_cluster_refuses_files_of_the_authors_machine_only() -> None:
     problems = {p.path: p.message for p in cluster_problems(job)}
     assert set(problems) == {"data.train[0].path", "models.rewardFunction.path"}
     assert "pvc://<claim>/<path>" in problems["data.train[0].path"]
+
+
+@pytest.mark.parametrize(
+    ("value", "relative"),
+    [
+        ("./models/actor", True),
+        ("../../runs/tiny-sft-cpu/final", True),
+        (".", True),
+        ("org/actor", False),  # a Hugging Face id
+        ("gpt2", False),
+        ("/models/actor", False),  # inside the image or a mounted volume
+        ("pvc://models/actor", False),
+        ("s3://bucket/actor", False),
+        (".hidden-org/model", False),  # a hub id may start with a dot; a path starts with ./
+    ],
+)
+def test_relative_model_paths(value: str, relative: bool) -> None:
+    assert is_relative_model_path(value) is relative
+
+
+def test_cluster_refuses_model_directories_of_the_authors_machine() -> None:
+    """`rlhf run` reads `./x` against the manifest's directory; in a pod it names nothing."""
+    job = spec(
+        models={
+            "actor": {"pretrained": "./actor"},
+            "reference": {"pretrained": "/models/ref"},
+            "rewardModels": [{"pretrained": "../rm"}, {"pretrained": "org/rm"}],
+            "critic": {"pretrained": "pvc://models/critic"},
+        },
+        data={"train": [{"path": "pvc://data/p.jsonl"}]},
+        algorithm={"name": "ppo"},
+        rollout={"samplesPerPrompt": 1},
+    )
+    assert job.models.actor.pretrained == "./actor"  # valid for `rlhf run`
+    problems = {p.path: p.message for p in cluster_problems(job)}
+    assert set(problems) == {"models.actor.pretrained", "models.rewardModels[0].pretrained"}
+    message = problems["models.actor.pretrained"]
+    assert message.startswith("'./actor' is a directory on your machine")
+    for allowed in ("Hugging Face id", "pvc://", "s3://", "absolute path", "fromJob"):
+        assert allowed in message
 
 
 RWO_STORAGE = {"storage": {"size": "10Gi", "accessMode": "ReadWriteOnce"}}

@@ -12,7 +12,7 @@ from .autoplan import AutoError
 from .base import Problem
 from .checkpoint import AccessMode
 from .layout import plan_layout
-from .locations import is_relative_local, location_problem
+from .locations import is_relative_local, is_relative_model_path, location_problem
 
 if TYPE_CHECKING:
     from .job import JobConfig
@@ -20,6 +20,12 @@ if TYPE_CHECKING:
 HOW_TO_SHIP = (
     "ship it as pvc://<claim>/<path> (a volume the pods mount), s3://<bucket>/<key> (with "
     "spec.objectStore) or in a ConfigMap (configMapRef)"
+)
+MODEL_SOURCES = (
+    "name the model as a Hugging Face id (org/name), pvc://<claim>/<path> (a volume the pods "
+    "mount), s3://<bucket>/<key> (with spec.objectStore), an absolute path inside the image or "
+    "a mounted volume, or replace pretrained with fromJob: <job> (the final model of another "
+    "RLHFJob; fromStage: <stage> in a pipeline)"
 )
 
 
@@ -81,13 +87,22 @@ def storage_problems(cfg: JobConfig) -> list[Problem]:
 
 def cluster_problems(cfg: JobConfig) -> list[Problem]:
     """What cannot work in a cluster's pods although `rlhf run` can run it: a relative path
-    names a file beside the manifest on the author's machine, which no pod has; a
-    `placement.auto` job whose actor size only a model's config.json tells (the operator
-    reads no model files)."""
+    names a file or a model directory beside the manifest on the author's machine, which no
+    pod has; a `placement.auto` job whose actor size only a model's config.json tells (the
+    operator reads no model files)."""
     out = [
         Problem(field, f"{value!r} is a file on your machine, which no pod has: {HOW_TO_SHIP}")
         for field, value in file_locations(cfg)
         if is_relative_local(value)
+    ]
+    out += [
+        Problem(
+            field,
+            f"{value!r} is a directory on your machine (relative to the manifest), which no "
+            f"pod has: {MODEL_SOURCES}",
+        )
+        for field, value in model_locations(cfg)
+        if is_relative_model_path(value)
     ]
     return out + _auto_size_problems(cfg)
 

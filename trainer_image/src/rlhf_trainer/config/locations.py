@@ -84,6 +84,12 @@ def is_relative_local(value: str) -> bool:
     return not (is_pvc(value) or is_s3(value) or value.startswith(("/", "~")))
 
 
+def is_relative_model_path(value: str) -> bool:
+    """A `pretrained` directory relative to the manifest (`./x`, `../x`). Only the leading dot
+    tells it from a Hugging Face id: `org/name` is a hub id, as `from_pretrained` reads it."""
+    return value in (".", "..") or value.startswith(("./", "../"))
+
+
 def set_field(doc: dict[str, Any], field: str, value: str) -> None:
     """Set a camelCase path such as `data.train[0].path` in a manifest dict: how the trainer
     (a fetched s3:// copy) and the operator (a pod's mount) point a location elsewhere."""
