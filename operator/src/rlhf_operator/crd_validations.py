@@ -37,6 +37,15 @@ ONLINE = _cel_list(ONLINE_ALGORITHMS)
 # it selected, however many).
 EVERY_SAMPLE = _cel_list(ONLINE_ALGORITHMS - ITERATIVE_ALGORITHMS)
 NO_REFERENCE = _cel_list(frozenset(a for a in AlgorithmName if not a.needs_reference))
+ITERATIVE = _cel_list(ITERATIVE_ALGORITHMS)
+# When the spec places no reference model, as `rlhf_trainer.config.roles.uses_reference` says:
+# an algorithm without one, an iterative round whose reference is the round's start policy,
+# or an online algorithm without a KL term (klCoef 0). Colocation binds only placed roles.
+NO_REFERENCE_PLACED = (
+    f"self.algorithm.name in {NO_REFERENCE} || (self.algorithm.name in {ITERATIVE} ? "
+    f"self.algorithm.refreshReference : (self.algorithm.name in {ONLINE} && "
+    "self.algorithm.klCoef == 0.0))"
+)
 
 _IMMUTABLE = "self == oldSelf"
 
@@ -154,8 +163,7 @@ RULES: dict[str, list[Rule]] = {
             "fieldPath": ".training.adamOffload",
         },
         {
-            "rule": "!self.placement.colocateActorReference || "
-            f"self.algorithm.name in {NO_REFERENCE} || "
+            "rule": f"!self.placement.colocateActorReference || {NO_REFERENCE_PLACED} || "
             "self.placement.actorGpus == self.placement.referenceGpus",
             "message": "placement.colocateActorReference needs actorGpus == referenceGpus",
             "fieldPath": ".placement.colocateActorReference",

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from corpus import InvalidCase, base_manifest, invalid_cases
+from corpus import InvalidCase, base_manifest, deep_merge, invalid_cases
+from rlhf_trainer.config import JobSpec
 from support.examples import example_files, example_id
 
 from .client import ApiClient, ApiResult, load_manifests
@@ -79,6 +80,32 @@ def test_server_rejects_invalid_manifest_naming_the_field(
     assert not result.ok, f"{case.id} was accepted by the server"
     assert result.status in (400, 422), str(result)
     assert _mentions(result, case.expect), str(result)
+
+
+# colocateActorReference with actorGpus != referenceGpus, valid where no reference model is
+# placed (`rlhf_trainer.config.roles.uses_reference`): the CEL rule must not refuse them.
+_UNEQUAL_COLOCATED = {
+    "placement": {"colocateActorReference": True, "actorGpus": 2, "referenceGpus": 1},
+    "training": {"microTrainBatchSize": 1},
+}
+NO_REFERENCE_PLACED = {
+    "ppo-without-kl-integer-zero": {"algorithm": {"name": "ppo", "klCoef": 0}},
+    "grpo-without-kl": {"algorithm": {"name": "grpo", "klCoef": 0.0}},
+    "iterative-dpo-refreshing-its-reference": {
+        "algorithm": {"name": "iterative-dpo", "refreshReference": True, "iterations": 2}
+    },
+    "sft": {"algorithm": {"name": "sft"}, "models": {"rewardFunction": None}},
+}
+
+
+@pytest.mark.parametrize("patch", NO_REFERENCE_PLACED.values(), ids=list(NO_REFERENCE_PLACED))
+def test_colocation_binds_only_a_placed_reference(api: ApiClient, patch: dict[str, Any]) -> None:
+    """The pydantic rule checks actorGpus == referenceGpus only when the job places a
+    reference; the CEL rule says the same (the corpus holds the refused case: ppo with KL)."""
+    manifest = deep_merge(base_manifest(), {"spec": deep_merge(_UNEQUAL_COLOCATED, patch)})
+    JobSpec.model_validate(manifest["spec"])  # `rlhf validate` and the operator accept it
+    result = api.create(_named(manifest, "coloc-no-ref"), dry_run=True)
+    assert result.ok, str(result)
 
 
 @pytest.mark.parametrize("case", CLIENT_ONLY, ids=lambda c: c.id)
