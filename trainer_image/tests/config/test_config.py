@@ -122,16 +122,6 @@ def test_camel_case_on_the_wire_and_snake_case_in_python() -> None:
             id="dynamic-sampling-needs-groups",
         ),
         pytest.param(
-            {
-                "algorithm": {"name": "grpo", "dynamicSampling": True},
-                "rollout": {"samplesPerPrompt": 2, "async": True},
-            },
-            "algorithm.dynamicSampling: not implemented with rollout.async: how many prompts a "
-            "step reads is known only once its rounds are scored, and a batch generated ahead "
-            "must know where its prompts start; set one of them false",
-            id="dynamic-sampling-not-async",
-        ),
-        pytest.param(
             {"training": {"evalEverySteps": 5}},
             "training.evalEverySteps: evaluates on data.eval prompts: set data.eval too",
             id="eval-needs-prompts",
@@ -159,6 +149,14 @@ def test_dynamic_sampling_and_evaluation_pass_for_a_group_estimator() -> None:
         rollout={"samplesPerPrompt": 4},
         data={"eval": [{"builtin": "repeat-letter", "split": "test"}]},
         training={"evalEverySteps": 2, "evalSamples": 8},
+    )
+    assert messages(doc) == []
+
+
+def test_dynamic_sampling_runs_with_async_rollout() -> None:
+    doc = minimal(
+        algorithm={"name": "grpo", "dynamicSampling": True},
+        rollout={"samplesPerPrompt": 2, "async": True, "maxStaleness": 2},
     )
     assert messages(doc) == []
 

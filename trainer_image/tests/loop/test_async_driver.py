@@ -11,6 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 import torch
 from torch import Tensor
 
@@ -113,10 +114,11 @@ class Tokenizer:
         return " ".join(map(str, ids))
 
 
-def test_async_steps_train_on_the_engines_log_probs(tmp_path: Path) -> None:
-    job = JobConfig.model_validate(
+def async_job(**algorithm: Any) -> JobConfig:
+    """GRPO, 4 steps of 2 prompts x 2 samples, async, a checkpoint every 2 steps."""
+    return JobConfig.model_validate(
         {
-            "algorithm": {"name": "grpo", "klCoef": 0},
+            "algorithm": {"name": "grpo", "klCoef": 0, **algorithm},
             "models": {
                 "actor": {"pretrained": "/m"},
                 "rewardFunction": {"builtin": "repeat-letter"},
@@ -133,6 +135,10 @@ def test_async_steps_train_on_the_engines_log_probs(tmp_path: Path) -> None:
             "checkpoint": {"everySteps": 2},
         }
     )
+
+
+def test_async_steps_train_on_the_engines_log_probs(tmp_path: Path) -> None:
+    job = async_job()
     cluster, reporter = Cluster(), Reporter()
     checkpoints = CheckpointManager(tmp_path, keep=5)
     trainer = Trainer(
@@ -155,3 +161,65 @@ def test_async_steps_train_on_the_engines_log_probs(tmp_path: Path) -> None:
     assert step2["rollouts"][0]["policy_version"] == 1
     step4 = json.loads((tmp_path / "step-000004" / PENDING_ROLLOUTS_FILE).read_text())
     assert step4["rollouts"] == []  # the last step: nothing generated ahead
+
+
+class PromptLogProbs(Cluster):
+    """Each response's first log-prob names its prompt (`p<i>` -> -i/100): a trained row
+    shows which sample, refill rounds included, its behaviour log-probs came from."""
+
+    def generate(self, ids: list[list[int]], seeds: Any, settings: Any, pad: int) -> Any:
+        assert settings.logprobs, "every round, refills included, asks for log-probs"
+        return [
+            [
+                SimpleNamespace(
+                    token_ids=[5, 6], finish_reason="stop", logprobs=[-p[-1] / 100, -0.25]
+                )
+            ]
+            * settings.n
+            for p in ids
+        ]
+
+
+class RoundScorer:
+    """Prompts `p<i>` with i % 3 == 2 get rewards 0, 1 (informative); others 1, 1."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def score(
+        self, samples: list[Any], model_scores: list[Tensor]
+    ) -> tuple[Tensor, dict[str, float]]:
+        self.calls += 1
+        informative = [int(s.prompt_text[1:]) % 3 == 2 for s in samples]
+        return torch.tensor([float(j % 2) if k else 1.0 for j, k in enumerate(informative)]), {}
+
+
+def test_async_dynamic_sampling_trains_full_batches_on_their_behaviour_log_probs(
+    tmp_path: Path,
+) -> None:
+    job = async_job(dynamicSampling=True)
+    cluster, reporter, scorer = PromptLogProbs(), Reporter(), RoundScorer()
+    trainer = Trainer(
+        job,
+        cluster,
+        Tokenizer(),
+        Prompts(),
+        Hooks(scorer, CheckpointManager(tmp_path, keep=5), reporter),
+        total_steps=4,
+        export_dir=None,
+    )
+    state = trainer.fit()
+    # Three rounds of two prompts a step (p6t+2 and p6t+5 kept); the driver never scored.
+    assert state.data_position == 24 and scorer.calls == 12
+    for t, batch in enumerate(cluster.trained):
+        kept = [6 * t + 2, 6 * t + 5]
+        first = [-(10 + p) / 100 for p in kept for _ in range(2)]
+        assert batch["old_logp"][:, 0].tolist() == pytest.approx(first)
+        assert batch["old_logp"][:, 1].tolist() == [-0.25] * 4
+    assert [m["staleness"] for m in reporter.metrics] == [0.0, 1.0, 1.0, 1.0]
+    assert [m["dynamic_sampling/extra_rounds"] for m in reporter.metrics] == [2.0] * 4
+    saved = json.loads((tmp_path / "step-000002" / PENDING_ROLLOUTS_FILE).read_text())
+    (step3,) = saved["rollouts"]
+    assert (step3["step"], step3["position"], step3["policy_version"]) == (3, 18, 1)
+    assert step3["rewards"] == [0.0, 1.0, 0.0, 1.0]
+    assert step3["metrics"]["dynamic_sampling/extra_rounds"] == 2.0

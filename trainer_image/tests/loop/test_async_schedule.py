@@ -18,7 +18,7 @@ import pytest
 
 from rlhf_trainer.checkpoint import TrainerState
 from rlhf_trainer.loop.batch import Sample, behaviour_log_probs
-from rlhf_trainer.loop.pipeline import AsyncRollouts, OrderedWorker
+from rlhf_trainer.loop.pipeline import AsyncRollouts, OrderedWorker, plain_producer
 from rlhf_trainer.loop.schedule import (
     PENDING_ROLLOUTS_FILE,
     Rollout,
@@ -165,7 +165,7 @@ def drive(
 def test_each_batch_comes_from_the_weights_its_version_says(k: int, staged: bool) -> None:
     engines = Engines(staged=staged)
     pipeline = AsyncRollouts(
-        engines.generate, next_prompts, engines, total_steps=6, max_staleness=k
+        plain_producer(engines.generate, next_prompts), engines, total_steps=6, max_staleness=k
     )
     records, _ = drive(pipeline, engines, TrainerState(), 6)
     pipeline.close()
@@ -184,12 +184,14 @@ def test_each_batch_comes_from_the_weights_its_version_says(k: int, staged: bool
 def test_a_resume_from_saved_batches_repeats_the_straight_run(tmp_path: Path, k: int) -> None:
     engines = Engines()
     straight = AsyncRollouts(
-        engines.generate, next_prompts, engines, total_steps=6, max_staleness=k
+        plain_producer(engines.generate, next_prompts), engines, total_steps=6, max_staleness=k
     )
     expected, _ = drive(straight, engines, TrainerState(), 6)
 
     engines = Engines()
-    first = AsyncRollouts(engines.generate, next_prompts, engines, total_steps=6, max_staleness=k)
+    first = AsyncRollouts(
+        plain_producer(engines.generate, next_prompts), engines, total_steps=6, max_staleness=k
+    )
     before, state = drive(first, engines, TrainerState(), 3)
     first.save(tmp_path, state)
     first.close()
@@ -198,7 +200,10 @@ def test_a_resume_from_saved_batches_repeats_the_straight_run(tmp_path: Path, k:
     resumed_engines = Engines()  # a new process: the restored weights are synced first
     resumed_engines.actor = resumed_engines.engine = state.step
     resumed = AsyncRollouts(
-        resumed_engines.generate, next_prompts, resumed_engines, total_steps=6, max_staleness=k
+        plain_producer(resumed_engines.generate, next_prompts),
+        resumed_engines,
+        total_steps=6,
+        max_staleness=k,
     )
     resumed.resume(tmp_path, state)
     after, _ = drive(resumed, resumed_engines, state, 6)
@@ -216,7 +221,7 @@ def test_a_failed_weight_load_is_raised_by_the_next_take() -> None:
 
     engines.stage_weights = broken  # type: ignore[method-assign]
     pipeline = AsyncRollouts(
-        engines.generate, next_prompts, engines, total_steps=4, max_staleness=1
+        plain_producer(engines.generate, next_prompts), engines, total_steps=4, max_staleness=1
     )
     with pytest.raises(RuntimeError, match="engine died while loading"):
         drive(pipeline, engines, TrainerState(), 4)
@@ -228,7 +233,7 @@ def test_evaluation_on_the_engines_sees_the_weights_of_the_step_just_trained(
 ) -> None:
     engines = Engines(staged=staged)
     pipeline = AsyncRollouts(
-        engines.generate, next_prompts, engines, total_steps=5, max_staleness=2
+        plain_producer(engines.generate, next_prompts), engines, total_steps=5, max_staleness=2
     )
     state, seen = TrainerState(), []
     for step in range(1, 6):

@@ -14,7 +14,6 @@ from rlhf_trainer.config import JobConfig
 from rlhf_trainer.data.dataset import OrderedDataset
 from rlhf_trainer.loop.batch import Sample
 from rlhf_trainer.loop.dynamic_sampling import (
-    DynamicRollouts,
     dynamic_rollout,
     informative_groups,
     mean_metrics,
@@ -22,6 +21,7 @@ from rlhf_trainer.loop.dynamic_sampling import (
     select_groups,
     shaped_scores,
 )
+from rlhf_trainer.loop.pipeline import rollout_source
 
 
 @pytest.mark.parametrize(
@@ -189,7 +189,8 @@ class Engines:
 
 def test_the_rollout_source_gathers_each_step_in_rounds_on_policy() -> None:
     engines = Engines()
-    rollouts = DynamicRollouts(Source(job(dynamicSampling=True), {0: (1.0, 1.0)}), engines)
+    cfg = job(dynamicSampling=True)
+    rollouts = rollout_source(cfg, Source(cfg, {0: (1.0, 1.0)}), engines, total_steps=5)
     rollout = rollouts.take(3, TrainerState(step=2, data_position=0))
     assert [s.prompt_index for s in rollout.samples] == [1, 1, 2, 2]
     assert (rollout.step, rollout.position, rollout.staleness()) == (3, 4, 0)

@@ -189,7 +189,8 @@ class AlgorithmConfig(ConfigModel):
     dynamic_sampling: bool = Field(
         False,
         description="Drop prompt groups whose rewards are all equal (no learning signal for a "
-        "group estimator) and generate more prompts until the step's batch is full.",
+        "group estimator) and generate more prompts until the step's batch is full (with "
+        "rollout.async, in the background producer: it hands over full batches).",
     )
     dynamic_sampling_max_rounds: int = Field(
         10,

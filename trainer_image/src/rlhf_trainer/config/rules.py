@@ -156,30 +156,20 @@ def _async_problems(cfg: JobConfig) -> list[Problem]:
 
 
 def _dynamic_sampling_problems(cfg: JobConfig) -> list[Problem]:
+    """Dynamic sampling runs with sync and async rollout alike (with async, the background
+    producer runs the rounds); it needs a group estimator."""
     algo = cfg.algorithm.name
-    if not cfg.algorithm.dynamic_sampling:
+    if not cfg.algorithm.dynamic_sampling or algo.is_group_estimator:
         return []
-    out: list[Problem] = []
-    if not algo.is_group_estimator:
-        groups = ", ".join(sorted(a.value for a in GROUP_ALGORITHMS))
-        out.append(
-            Problem(
-                "algorithm.dynamicSampling",
-                "drops prompt groups whose rewards are all equal, which carry no signal only "
-                f"for a group estimator ({groups}); algorithm {algo.value} learns from them: "
-                "set it false",
-            )
+    groups = ", ".join(sorted(a.value for a in GROUP_ALGORITHMS))
+    return [
+        Problem(
+            "algorithm.dynamicSampling",
+            "drops prompt groups whose rewards are all equal, which carry no signal only "
+            f"for a group estimator ({groups}); algorithm {algo.value} learns from them: "
+            "set it false",
         )
-    if cfg.rollout.async_rollout:
-        out.append(
-            Problem(
-                "algorithm.dynamicSampling",
-                "not implemented with rollout.async: how many prompts a step reads is known "
-                "only once its rounds are scored, and a batch generated ahead must know where "
-                "its prompts start; set one of them false",
-            )
-        )
-    return out
+    ]
 
 
 def _unimplemented_problems(cfg: JobConfig) -> list[Problem]:

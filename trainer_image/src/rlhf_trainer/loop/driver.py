@@ -36,7 +36,6 @@ from rlhf_trainer.reporting.timing import StageTimer
 from rlhf_trainer.runner.preemption import Preempted, StopCheck, never
 
 from .batch import Sample, behaviour_log_probs, to_batch
-from .dynamic_sampling import DynamicRollouts
 from .estimators import compute_advantages, kl_statistic, process_scores
 from .evaluation import evaluate, is_eval_step
 from .pipeline import rollout_source
@@ -131,12 +130,9 @@ class Trainer:
         self.failure_checkpoint: Path | None = None
         # Where the step is: the models are consistent before "update" and after it completes.
         self.phase = "idle"
-        # Each step's batch: generated on the spot, or ahead with `rollout.async`.
-        self.rollouts = (
-            DynamicRollouts(self, cluster)
-            if cfg.algorithm.dynamic_sampling
-            else rollout_source(cfg, self.generate, self.next_prompts, cluster, total_steps)
-        )
+        # Each step's batch (in dynamic-sampling rounds or not): generated on the spot, or
+        # ahead with `rollout.async`.
+        self.rollouts = rollout_source(cfg, self, cluster, total_steps)
 
     def next_prompts(self, position: int) -> tuple[list[Any], int]:
         size = self.cfg.training.rollout_batch_size

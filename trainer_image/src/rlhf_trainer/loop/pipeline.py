@@ -9,6 +9,14 @@ trains step t while they generate step t+1, and the driver waits only for a batc
 not ready. With a weight sync that needs both sides at once (the NCCL/gloo broadcast) the
 driver waits for the queue to empty and syncs itself.
 
+The background thread also advances the data cursor: a batch reads its prompts from where
+the batch before it ended, which with dynamic sampling (`algorithm.dynamicSampling`) is known
+only once that batch's rounds are scored. So a producer call (`ProduceStep`) is the whole
+batch: prompts, generation and, with dynamic sampling, scoring and refill rounds, run back to
+back in one job. No weight load can fall between a batch's rounds (loads queue behind it), so
+every batch comes from one policy version, the one its staleness is counted and bounded from,
+and the batches and data positions are the same run after run.
+
 The batches generated for steps after a checkpoint are saved with it (`schedule.save_rollouts`):
 their weights are gone after the update, and a resumed run must train on the same ones.
 """
@@ -21,6 +29,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -28,6 +37,7 @@ from rlhf_trainer.checkpoint import TrainerState
 from rlhf_trainer.config import JobConfig
 
 from .batch import Sample
+from .dynamic_sampling import RoundSource, dynamic_rollout
 from .schedule import Rollout, check_staleness, load_rollouts, save_rollouts, steps_to_start
 
 T = TypeVar("T")
@@ -36,6 +46,20 @@ T = TypeVar("T")
 GenerateStep = Callable[[int, list[Any]], list[Sample]]
 # data position -> (prompt items, the position after them)
 NextPrompts = Callable[[int], tuple[list[Any], int]]
+# (step, data position, policy version of the engines) -> the step's batch read from there
+ProduceStep = Callable[[int, int, int], Rollout]
+
+
+def plain_producer(generate: GenerateStep, next_prompts: NextPrompts) -> ProduceStep:
+    """One batch of `rolloutBatchSize` prompts, generated once."""
+
+    def produce(step: int, position: int, policy_version: int) -> Rollout:
+        items, after = next_prompts(position)
+        start = time.perf_counter()
+        samples = generate(step, items)
+        return Rollout(step, after, policy_version, samples, time.perf_counter() - start)
+
+    return produce
 
 
 class Engines(Protocol):
@@ -55,14 +79,11 @@ class RolloutSource(Protocol):
 class OnPolicyRollouts:
     """Sync rollout: each step generates its batch with the weights it trains."""
 
-    def __init__(self, generate: GenerateStep, next_prompts: NextPrompts, engines: Engines):
-        self.generate, self.next_prompts, self.engines = generate, next_prompts, engines
+    def __init__(self, produce: ProduceStep, engines: Engines):
+        self.produce, self.engines = produce, engines
 
     def take(self, step: int, state: TrainerState) -> Rollout:
-        items, position = self.next_prompts(state.data_position)
-        start = time.perf_counter()
-        samples = self.generate(step, items)
-        return Rollout(step, position, state.step, samples, time.perf_counter() - start)
+        return self.produce(step, state.data_position, state.step)
 
     def updated(self, step: int) -> None:
         self.engines.sync_weights()
@@ -115,20 +136,21 @@ class AsyncRollouts:
 
     def __init__(
         self,
-        generate: GenerateStep,
-        next_prompts: NextPrompts,
+        produce: ProduceStep,
         engines: Engines,
         *,
         total_steps: int,
         max_staleness: int,
     ) -> None:
-        self.generate, self.next_prompts, self.engines = generate, next_prompts, engines
+        self.produce, self.engines = produce, engines
         self.total_steps, self.max_staleness = total_steps, max_staleness
         self.worker = OrderedWorker("rlhf-rollout")
         # Started batches not yet trained on, oldest first (the head is the next step's).
         self.pending: deque[tuple[int, Future[Rollout]]] = deque()
         self.started_until = 0
-        self.next_position: int | None = None
+        # Where the next batch to start reads from: a data position, or the last started
+        # batch, whose end only the producer knows (None: not known before the first take).
+        self.cursor: int | Future[Rollout] | None = None
         # The weights the engines will hold once everything queued so far has run.
         self.engine_version = 0
         self.engine_sync_s = 0.0
@@ -138,8 +160,8 @@ class AsyncRollouts:
         """Start what the schedule says, then wait for step `step`'s batch."""
         while self.pending and self.pending[0][0] < step:
             self.pending.popleft()  # a step that failed before its update left it behind
-        if self.next_position is None:
-            self.next_position = state.data_position
+        if self.cursor is None:
+            self.cursor = state.data_position
             self.started_until = state.step
             self.engine_version = state.step
         for later in steps_to_start(step, self.started_until, self.total_steps, self.max_staleness):
@@ -157,17 +179,18 @@ class AsyncRollouts:
         return rollout
 
     def _start(self, step: int) -> None:
-        assert self.next_position is not None
-        items, position = self.next_prompts(self.next_position)
-        version = self.engine_version
+        after, version = self.cursor, self.engine_version
+        assert after is not None
 
         def run() -> Rollout:
-            start = time.perf_counter()
-            samples = self.generate(step, items)
-            return Rollout(step, position, version, samples, time.perf_counter() - start)
+            # The batch before ran earlier on this thread: its end is known (or its error,
+            # which fails this batch too).
+            position = after if isinstance(after, int) else after.result().position
+            return self.produce(step, position, version)
 
-        self.pending.append((step, self.worker.submit(run)))
-        self.next_position, self.started_until = position, step
+        future: Future[Rollout] = self.worker.submit(run)
+        self.pending.append((step, future))
+        self.cursor, self.started_until = future, step
 
     def updated(self, step: int) -> None:
         """Step `step`'s update is done: its batch is consumed; the new weights go to the
@@ -216,9 +239,8 @@ class AsyncRollouts:
             done: Future[Rollout] = Future()
             done.set_result(rollout)
             self.pending.append((rollout.step, done))
-        last = restored[-1] if restored else None
-        self.next_position = last.position if last else state.data_position
-        self.started_until = last.step if last else state.step
+        self.cursor = self.pending[-1][1] if self.pending else state.data_position
+        self.started_until = restored[-1].step if restored else state.step
         self.engine_version = state.step
 
     def close(self) -> None:
@@ -226,19 +248,15 @@ class AsyncRollouts:
 
 
 def rollout_source(
-    cfg: JobConfig,
-    generate: GenerateStep,
-    next_prompts: NextPrompts,
-    engines: Engines,
-    total_steps: int,
+    cfg: JobConfig, source: RoundSource, engines: Engines, total_steps: int
 ) -> RolloutSource:
+    """Each step's batch: gathered in rounds with dynamic sampling, else generated once;
+    on the spot, or ahead in the background with `rollout.async`."""
+    if cfg.algorithm.dynamic_sampling:
+        produce: ProduceStep = partial(dynamic_rollout, source)
+    else:
+        produce = plain_producer(source.generate, source.next_prompts)
     r = cfg.rollout
     if not r.async_rollout:
-        return OnPolicyRollouts(generate, next_prompts, engines)
-    return AsyncRollouts(
-        generate,
-        next_prompts,
-        engines,
-        total_steps=total_steps,
-        max_staleness=r.max_staleness,
-    )
+        return OnPolicyRollouts(produce, engines)
+    return AsyncRollouts(produce, engines, total_steps=total_steps, max_staleness=r.max_staleness)

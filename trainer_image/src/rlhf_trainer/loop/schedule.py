@@ -11,7 +11,9 @@ At the start of step t the driver makes sure the batches of steps t .. t+k (k =
 reach the engines in one order (one queue), so a batch started at the start of step s runs on
 the weights queued before it: those of step s-1's update. It is trained at step s+k with
 version s+k-1, so its staleness is exactly k; the first batches, started at step 1 on the
-initial weights, are fresher.
+initial weights, are fresher. A batch gathered in several dynamic-sampling rounds runs them
+all in its one job of that queue, so it too has a single version (no weight load falls
+between its rounds), and the bound holds for each of its samples.
 """
 
 from __future__ import annotations
@@ -19,12 +21,12 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import torch
+from torch import Tensor
 
 from .batch import Sample
-
-if TYPE_CHECKING:
-    from torch import Tensor
 
 PENDING_ROLLOUTS_FILE = "pending_rollouts.json"
 
@@ -43,8 +45,9 @@ class Rollout:
     policy_version: int
     samples: list[Sample]
     generate_s: float = 0.0
-    # Dynamic sampling (sync only, never checkpointed): the samples' rewards, already
-    # computed to choose them, and how they were gathered.
+    # Dynamic sampling: the samples' rewards, already computed to choose them, with the
+    # reward sources' metrics, and how the rounds went (checkpointed with the batch: the
+    # dropped groups that `metrics` counts are gone).
     scored: tuple[Tensor, dict[str, float]] | None = None
     metrics: dict[str, float] = field(default_factory=dict)
 
@@ -85,15 +88,44 @@ class _Stored:
     position: int
     policy_version: int
     samples: list[dict[str, Any]] = field(default_factory=list)
+    # Dynamic sampling: the kept samples' rewards (as floats: JSON round-trips them exactly),
+    # their dtype, the reward sources' metrics, and the rounds' metrics.
+    rewards: list[float] | None = None
+    rewards_dtype: str = ""
+    reward_metrics: dict[str, float] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def _stored(r: Rollout) -> _Stored:
+    out = _Stored(r.step, r.position, r.policy_version, [asdict(s) for s in r.samples])
+    if r.scored is not None:
+        raw, reward_metrics = r.scored
+        out.rewards, out.rewards_dtype = raw.tolist(), str(raw.dtype).removeprefix("torch.")
+        out.reward_metrics = dict(reward_metrics)
+    out.metrics = dict(r.metrics)
+    return out
+
+
+def _restored(item: dict[str, Any]) -> Rollout:
+    samples = [Sample(**s) for s in item["samples"]]
+    scored = None
+    if item.get("rewards") is not None:
+        raw = torch.tensor(item["rewards"], dtype=getattr(torch, item["rewards_dtype"]))
+        scored = (raw, item["reward_metrics"])
+    return Rollout(
+        item["step"],
+        item["position"],
+        item["policy_version"],
+        samples,
+        scored=scored,
+        metrics=item.get("metrics", {}),
+    )
 
 
 def save_rollouts(rollouts: list[Rollout], directory: Path) -> Path:
     """The batches generated for steps after a checkpoint, so that a resumed run trains on
     exactly them (they came from weights the checkpoint no longer holds)."""
-    stored = [
-        asdict(_Stored(r.step, r.position, r.policy_version, [asdict(s) for s in r.samples]))
-        for r in rollouts
-    ]
+    stored = [asdict(_stored(r)) for r in rollouts]
     path = Path(directory) / PENDING_ROLLOUTS_FILE
     path.write_text(json.dumps({"rollouts": stored}) + "\n")
     return path
@@ -112,6 +144,5 @@ def load_rollouts(directory: Path, after_step: int) -> list[Rollout]:
     for item in stored:
         if item["step"] != after_step + 1 + len(out):
             break
-        samples = [Sample(**s) for s in item["samples"]]
-        out.append(Rollout(item["step"], item["position"], item["policy_version"], samples))
+        out.append(_restored(item))
     return out
