@@ -186,18 +186,34 @@ def test_trim_right_trims_the_teacher_positions_with_the_sequences() -> None:
 
 
 @pytest.mark.parametrize("device", ["cpu", "gpu"])
-def test_qlora_is_refused_with_the_reason(device: str) -> None:
+@pytest.mark.parametrize("algorithm", ["sft", "dpo", "grpo", "ppo"])
+def test_qlora_runs_on_both_devices_and_online_and_offline(device: str, algorithm: str) -> None:
     doc = offline(
-        "sft",
-        training={"lora": {"rank": 8, "quantization": "4bit"}},
+        algorithm,
+        training={"lora": {"rank": 8, "quantization": "4bit"}, "zeroStage": 2},
         placement={"device": device},
     )
+    if algorithm in ("grpo", "ppo"):
+        doc["models"]["rewardFunction"] = {"builtin": "repeat-letter"}
+        doc["rollout"] = {"samplesPerPrompt": 4}
+    assert messages(doc) == []
+
+
+def test_qlora_with_zero3_is_refused_with_the_reason() -> None:
+    doc = offline("sft", training={"lora": {"rank": 8, "quantization": "4bit"}, "zeroStage": 3})
     [message] = messages(doc)
     assert message.startswith(
-        "training.lora.quantization: 4bit (QLoRA) is not supported yet in this trainer: the "
-        "trainer image has no bitsandbytes"
+        "training.lora.quantization: 4bit (QLoRA) cannot run with training.zeroStage 3: ZeRO-3 "
+        "partitions every parameter"
     )
-    assert ("bitsandbytes' 4-bit kernels need a CUDA GPU" in message) is (device == "cpu")
+    assert "use zeroStage 0, 1 or 2" in message
+
+
+def test_qlora_reward_model_training_is_refused_as_lora_is() -> None:
+    doc = offline("reward-model", training={"lora": {"rank": 8, "quantization": "4bit"}})
+    doc["data"] = {"train": [{"path": "prefs.jsonl"}]}
+    found = messages(doc)
+    assert any(m.startswith("training.lora: LoRA is not implemented for reward") for m in found)
 
 
 def test_a_teacher_may_be_another_jobs_model() -> None:

@@ -1,8 +1,9 @@
 """Slower end-to-end checks of the offline trainers (opt in with `-m slow`): IPO and cDPO, ZeRO-3
-data parallelism against a single rank, LoRA, and the example manifests as shipped."""
+data parallelism against a single rank, LoRA and QLoRA, and the example manifests as shipped."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -150,6 +151,39 @@ def test_sft_with_lora_exports_merged_weights(
     assert not after[q].equal(before[q])
     assert after["model.embed_tokens.weight"].equal(before["model.embed_tokens.weight"])
     # The merged export carries what the adapters learned.
+    assert data_loss(final, job, data_dir) < data_loss(tiny_model_dir, job, data_dir) - 0.2
+
+
+def test_qlora_sft_learns_and_exports_a_full_precision_model(
+    ray_up: None, data_dir: Path, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """QLoRA SFT (4-bit NF4 base, rank-16 adapters on every linear layer) lowers the loss, and
+    its export is a plain fp32 HF model (no quantization_config: it loads without
+    bitsandbytes) that carries what the adapters learned.
+
+    Measured: step loss 6.25 -> 5.88 over 24 steps (plain LoRA: 6.25 -> ~5.86; on a random-init
+    model the frozen output layer keeps the logits small), and the export's loss on the data
+    6.254 -> 5.872 (the NF4 base's rounding costs little next to what the adapters learn)."""
+    pytest.importorskip("bitsandbytes", reason="QLoRA needs bitsandbytes (the trainer extra)")
+    from safetensors.torch import load_file as load_safetensors
+
+    modules = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    qlora = {"rank": 16, "alpha": 32, "targetModules": modules, "quantization": "4bit"}
+    job = offline_job(
+        "sft", tiny_model_dir, "sft.jsonl", steps=24, lr=5e-2, training_extra={"lora": qlora}
+    )
+    assert run(job, data_dir, tmp_path / "qlora") == 0
+    loss = series(step_metrics(tmp_path / "qlora"), "loss")
+    assert mean(loss[-4:]) < loss[0] - 0.2, loss
+    final = tmp_path / "qlora" / "final"
+    config = json.loads((final / "config.json").read_text())
+    assert "quantization_config" not in config
+    before = load_safetensors(tiny_model_dir / "model.safetensors")
+    after = load_safetensors(final / "model.safetensors")
+    assert set(after) == set(before)
+    assert {str(t.dtype) for t in after.values()} == {"torch.float32"}
+    assert all(after[k].shape == before[k].shape for k in before)
+    assert after["model.embed_tokens.weight"].equal(before["model.embed_tokens.weight"])
     assert data_loss(final, job, data_dir) < data_loss(tiny_model_dir, job, data_dir) - 0.2
 
 

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 from .algorithm import AlgorithmName
 from .base import Problem
 from .conditioning import template_problem
-from .placement import Device
 from .steps import StepAggregation
 
 if TYPE_CHECKING:
@@ -106,24 +105,22 @@ def _process_reward_problems(cfg: JobConfig) -> list[Problem]:
 
 
 def _qlora_problems(cfg: JobConfig) -> list[Problem]:
+    """QLoRA runs wherever bitsandbytes has 4-bit kernels: CUDA GPUs and (bitsandbytes >= 0.48)
+    x86/ARM CPUs, i.e. both `placement.device` values. What it cannot do is named here."""
     lora = cfg.training.lora
     if lora is None or lora.quantization is None:
         return []
-    cpu = (
-        "; on placement.device: cpu it cannot run at all (bitsandbytes' 4-bit kernels need a "
-        "CUDA GPU)"
-        if cfg.placement.device is Device.CPU
-        else ""
-    )
-    return [
-        Problem(
-            "training.lora.quantization",
-            "4bit (QLoRA) is not supported yet in this trainer: the trainer image has no "
-            "bitsandbytes, and a 4-bit base needs its own export and vLLM weight-sync path "
-            f"(dequantize and merge the adapters) that is not built{cpu}; remove it (plain "
-            "LoRA in bf16 works)",
-        )
-    ]
+    if cfg.training.zero_stage == 3:
+        return [
+            Problem(
+                "training.lora.quantization",
+                "4bit (QLoRA) cannot run with training.zeroStage 3: ZeRO-3 partitions every "
+                "parameter across ranks, and bitsandbytes' packed 4-bit weights (with their "
+                "quantisation state) cannot be partitioned; use zeroStage 0, 1 or 2 (the 4-bit "
+                "base is small enough to keep whole on each rank), or plain LoRA with ZeRO-3",
+            )
+        ]
+    return []
 
 
 def _packing_problems(cfg: JobConfig) -> list[Problem]:

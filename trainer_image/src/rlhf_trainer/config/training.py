@@ -31,8 +31,8 @@ class AttnImplementation(StrEnum):
 
 
 class LoRAQuantization(StrEnum):
-    # QLoRA (Dettmers et al. 2023): the frozen base in 4-bit NF4 (bitsandbytes), adapters in
-    # bf16. Refused for now (see config.rules): the API names it so that specs stay stable.
+    # QLoRA (Dettmers et al. 2023): the frozen base in 4-bit NF4 (bitsandbytes, double
+    # quantisation, computing in the job's dtype), trained adapters on top (models.qlora).
     FOUR_BIT = "4bit"
 
 
@@ -44,7 +44,10 @@ class LoRAConfig(ConfigModel):
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"], min_length=1
     )
     quantization: LoRAQuantization | None = Field(
-        None, description="4bit: QLoRA (a 4-bit frozen base); not supported yet by this trainer."
+        None,
+        description="4bit: QLoRA, the frozen base quantised to 4-bit NF4 by bitsandbytes (GPU "
+        "or CPU; not with zeroStage 3); the vLLM engines and the export get full-precision "
+        "weights (base dequantised, adapters merged).",
     )
 
 

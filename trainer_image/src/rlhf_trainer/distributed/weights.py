@@ -3,7 +3,9 @@
 Every rank of the actor iterates the same parameters in the same order (ZeRO-3 gathers are
 collective); only rank 0 keeps the tensors. Names are the base model's checkpoint names, which
 is what vLLM's loader and `save_pretrained` expect: peft's `base_model.model.` prefix and
-`.base_layer` are removed, and a LoRA layer's weight is sent as `W + scale * B @ A`.
+`.base_layer` are removed, and a LoRA layer's weight is sent as `W + scale * B @ A`. Under
+QLoRA, `W` is the 4-bit NF4 base dequantised (`models.qlora.dequantized`): what leaves the
+actor is always a full-precision model.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import Tensor, nn
+
+from rlhf_trainer.models.qlora import dequantized
 
 PEFT_PREFIX = "base_model.model."
 # Flat buffers of about this size are broadcast at once (fewer collectives than per tensor).
@@ -91,7 +95,7 @@ def iter_weights(
         with gathered([param, *extra]):
             if rank != 0:
                 continue
-            tensor = param.data
+            tensor = dequantized(param)
             if extra:
                 module = lora[owner]  # type: ignore[index]
                 for adapter in getattr(module, "active_adapters", ["default"]):

@@ -195,16 +195,37 @@ def load_causal_lm(
 
 
 def load_trainable_causal_lm(
-    path: str | Path, training: TrainingConfig, options: LoadOptions | None = None
+    path: str | Path,
+    training: TrainingConfig,
+    options: LoadOptions | None = None,
+    device: torch.device | None = None,
 ) -> Any:
     """A causal LM ready to train in fp32 master weights: gradient checkpointing and LoRA
     (peft) applied as `training` asks. The actor of the online loop and the model of the
-    offline trainers both start here."""
-    model: Any = load_causal_lm(path, dtype=torch.float32, options=options)
-    if training.gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        model.config.use_cache = False
-    if training.lora is not None:
+    offline trainers both start here.
+
+    With `training.lora.quantization: 4bit` (QLoRA) the frozen base is quantised to NF4 while it
+    loads, on `device` (the rank's; default CPU), computing in the job's dtype; see `qlora`.
+    """
+    lora = training.lora
+    model: Any
+    if lora is not None and lora.quantization is not None:
+        from .qlora import prepare_for_kbit, quantized_load_kwargs
+
+        compute = torch.bfloat16 if training.bf16 else torch.float32
+        place = device if device is not None else torch.device("cpu")
+        model = load_causal_lm(
+            path, torch.float32, options, **quantized_load_kwargs(compute, place)
+        )
+        model = prepare_for_kbit(model, gradient_checkpointing=training.gradient_checkpointing)
+    else:
+        model = load_causal_lm(path, dtype=torch.float32, options=options)
+        if training.gradient_checkpointing:
+            model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False}
+            )
+            model.config.use_cache = False
+    if lora is not None:
         from peft import LoraConfig, TaskType, get_peft_model
 
         model.enable_input_require_grads()
@@ -212,10 +233,10 @@ def load_trainable_causal_lm(
             model,
             LoraConfig(
                 task_type=TaskType.CAUSAL_LM,
-                r=training.lora.rank,
-                lora_alpha=training.lora.alpha,
-                lora_dropout=training.lora.dropout,
-                target_modules=list(training.lora.target_modules),
+                r=lora.rank,
+                lora_alpha=lora.alpha,
+                lora_dropout=lora.dropout,
+                target_modules=list(lora.target_modules),
             ),
         )
     return model

@@ -47,7 +47,9 @@ class ActorWorker(TrainedRank):
         from rlhf_trainer.models.loading import load_trainable_causal_lm
 
         t = self.settings.job.training
-        model = load_trainable_causal_lm(self.settings.model_dir, t, self.load_options())
+        model = load_trainable_causal_lm(
+            self.settings.model_dir, t, self.load_options(), self.device
+        )
         optim = OptimSpec(t.actor_learning_rate, self.settings.total_optimizer_steps)
         self.engine = init_train_engine(
             model, t, optim, self.world_size, on_gpu=self.settings.on_gpu
@@ -189,8 +191,9 @@ class ActorWorker(TrainedRank):
         if self.rank != 0:
             return
         model: Any = unwrap(self.engine)
-        base = model.get_base_model() if hasattr(model, "get_base_model") else model
-        base.save_pretrained(directory, state_dict=weights)
+        from rlhf_trainer.models.qlora import savable_base
+
+        savable_base(model).save_pretrained(directory, state_dict=weights)
         from rlhf_trainer.models.loading import load_tokenizer
 
         load_tokenizer(tokenizer_dir, self.load_options()).save_pretrained(directory)

@@ -95,7 +95,7 @@ class OfflineTrainRank(TrainedRank):
         from rlhf_trainer.models.loading import load_trainable_causal_lm
 
         return load_trainable_causal_lm(
-            self.settings.model_dir, self.settings.job.training, self.load_options()
+            self.settings.model_dir, self.settings.job.training, self.load_options(), self.device
         )
 
     # --- one optimiser step ---------------------------------------------------------------
@@ -214,8 +214,9 @@ class OfflineTrainRank(TrainedRank):
             renamed = {k.removeprefix(VALUE_MODEL_PREFIX): v for k, v in weights.items()}
             model.hf.save_pretrained(directory, state_dict=renamed)
         else:
-            base = model.get_base_model() if hasattr(model, "get_base_model") else model
-            base.save_pretrained(directory, state_dict=weights)
+            from rlhf_trainer.models.qlora import savable_base
+
+            savable_base(model).save_pretrained(directory, state_dict=weights)
         from rlhf_trainer.models.loading import load_tokenizer
 
         load_tokenizer(tokenizer_dir, self.load_options()).save_pretrained(directory)
