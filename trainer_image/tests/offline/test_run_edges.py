@@ -38,7 +38,7 @@ def test_data_smaller_than_a_batch_exits_78_before_any_cluster_starts(
     job = offline_job("sft", tiny_model_dir, "d.jsonl", steps=None, lr=1e-3)
     code = run_config(job, name="small", base_dir=tmp_path, run_dir=tmp_path / "run")
     assert code == ExitCode.INVALID
-    assert "training.trainBatchSize (8) is larger than the data (3 samples" in (
+    assert "training.trainBatchSize: 8 is larger than the data (3 samples" in (
         capsys.readouterr().err
     )
     assert not (tmp_path / "run").exists()

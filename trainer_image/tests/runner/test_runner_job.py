@@ -80,8 +80,8 @@ def test_total_steps(algorithm: str, training: dict[str, int], items: int, steps
 @pytest.mark.parametrize(
     ("algorithm", "training", "message"),
     [
-        ("sft", {"trainBatchSize": 8}, r"training.trainBatchSize \(8\) is larger than the data "),
-        ("grpo", {"rolloutBatchSize": 8, "trainBatchSize": 32}, r"rolloutBatchSize \(8\)"),
+        ("sft", {"trainBatchSize": 8}, r"training.trainBatchSize: 8 is larger than the data "),
+        ("grpo", {"rolloutBatchSize": 8, "trainBatchSize": 32}, r"rolloutBatchSize: 8 is larger"),
     ],
     ids=["offline", "online"],
 )

@@ -14,6 +14,9 @@ REPEAT_LETTER_DEFAULT = "ab"
 CORPUS = "corpus"
 BUILTIN_TASK_NAMES = (REPEAT_LETTER, CORPUS)
 BUILTIN_REWARD_NAMES = (REPEAT_LETTER,)
+# Rows of a repeat-letter data set: its "train" split, and any other split (e.g. "test").
+REPEAT_LETTER_TRAIN_ROWS = 512
+REPEAT_LETTER_OTHER_ROWS = 64
 
 
 def split_builtin_name(name: str) -> tuple[str, str]:
@@ -44,3 +47,15 @@ def builtin_problem(name: str, known: tuple[str, ...]) -> str | None:
         except ValueError as err:
             return str(err)
     return None
+
+
+def repeat_letter_row_count(split: str) -> int:
+    return REPEAT_LETTER_TRAIN_ROWS if split == "train" else REPEAT_LETTER_OTHER_ROWS
+
+
+def builtin_row_count(name: str, split: str) -> int | None:
+    """Rows a builtin data set holds for `split`, known without generating it (None for
+    `corpus`, whose size is the trainer's bundled file)."""
+    if split_builtin_name(name)[0] != REPEAT_LETTER:
+        return None
+    return repeat_letter_row_count(split)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from .algorithm import ITERATIVE_ALGORITHMS, ONLINE_ALGORITHMS
 from .base import Problem
 from .builtins import BUILTIN_REWARD_NAMES, BUILTIN_TASK_NAMES, builtin_problem
+from .data_size import fixed_steps, known_train_rows, step_basis, too_little_data
 
 if TYPE_CHECKING:
     from .job import JobConfig
@@ -48,6 +49,8 @@ def eval_problems(cfg: JobConfig) -> list[Problem]:
 
 
 def builtin_problems(cfg: JobConfig) -> list[Problem]:
+    """Builtin data sets and reward functions: known names, good parameters, and training
+    data at least one batch large."""
     out: list[Problem] = []
     named = [("train", cfg.data.train), ("eval", cfg.data.eval), ("pretrain", cfg.data.pretrain)]
     indexed = [(which, i, s) for which, sources in named for i, s in enumerate(sources)]
@@ -60,4 +63,14 @@ def builtin_problems(cfg: JobConfig) -> list[Problem]:
         why = builtin_problem(function.builtin, BUILTIN_REWARD_NAMES)
         if why:
             out.append(Problem("models.rewardFunction.builtin", why))
-    return out
+    return out + _builtin_size_problems(cfg)
+
+
+def _builtin_size_problems(cfg: JobConfig) -> list[Problem]:
+    """A batch larger than builtin training data, whose size the spec tells: refused here
+    rather than by the trainer once it has loaded the data (and taken its devices)."""
+    rows = known_train_rows(cfg)
+    if rows is None or fixed_steps(cfg) is not None:
+        return []
+    problem = too_little_data(step_basis(cfg), rows)
+    return [] if problem is None else [problem]

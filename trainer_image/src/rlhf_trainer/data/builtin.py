@@ -30,6 +30,7 @@ from rlhf_trainer.config.builtins import (
     CORPUS,
     REPEAT_LETTER,
     repeat_letter_letters,
+    repeat_letter_row_count,
     split_builtin_name,
 )
 
@@ -41,8 +42,6 @@ REPEAT_LETTER_LENGTH = 8
 PRM_STEPS = 4
 # conditional-sft rows are scored 0..CONDITIONAL_LEVELS (SteerLM's attribute scale).
 CONDITIONAL_LEVELS = 4
-TRAIN_ROWS = 512
-OTHER_SPLIT_ROWS = 64
 # Special-token strings a decoder may leave in a response when it does not skip them.
 _SPECIAL_STRINGS = ("</s>", "<s>", "<pad>", "<unk>", "<|assistant|>", "<|user|>", "<|system|>")
 
@@ -95,7 +94,7 @@ def _repeat_letter_rows(
     param: str, split: str, seed: int, kind: RowKind, cfg: DataConfig
 ) -> list[Row]:
     letters = repeat_letter_letters(param)
-    count = TRAIN_ROWS if split == "train" else OTHER_SPLIT_ROWS
+    count = repeat_letter_row_count(split)  # the config rules know it too
     # The split is part of the seed so train and eval rows differ.
     rng = random.Random(f"repeat-letter/{letters}/{split}/{seed}")
     rows: list[Row] = []

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from rlhf_trainer.config import DataConfig, DatasetSource
+from rlhf_trainer.config.data_size import mixed_counts
 
 from .builtin import RowKind, builtin_rows
 
@@ -159,11 +160,10 @@ def mix(groups: Sequence[list[T]], probabilities: Sequence[float], seed: int) ->
         raise ValueError("mix needs one probability per group")
     if len(groups) == 1:
         return list(groups[0])
-    total = sum(len(g) for g in groups)
     rng = random.Random(seed)
     mixed: list[T] = []
-    for group, p in zip(groups, probabilities, strict=True):
-        want = round(p * total)
+    wants = mixed_counts([len(g) for g in groups], probabilities)
+    for group, want in zip(groups, wants, strict=True):
         order: list[int] = []
         while len(order) < want:
             perm = list(range(len(group)))

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from rlhf_trainer.config import JobConfig, LoadedJob, load_file
+from rlhf_trainer.config.data_size import fixed_steps, step_basis, too_little_data
 from rlhf_trainer.config.sources import local_run_problems
 
 from .preemption import StopCheck, never
@@ -118,27 +119,14 @@ def total_steps(cfg: JobConfig, items: int) -> int:
     else the full batches in the data's passes: online, `items` prompts
     x `numEpisodes` / `rolloutBatchSize`; offline, `items` samples x `epochs` /
     `trainBatchSize`. A last partial batch is dropped (it would bias a step's statistics)."""
-    t = cfg.training
-    if t.max_steps is not None:
-        return t.max_steps
-    if cfg.algorithm.name.is_iterative and cfg.algorithm.iterations is not None:
-        return cfg.algorithm.iterations  # a step is a round (rlhf_trainer.iterative)
-    if cfg.algorithm.name.is_online:
-        passes, batch = (t.num_episodes, "episodes"), (t.rollout_batch_size, "rolloutBatchSize")
-        what = "prompts"
-    else:
-        passes, batch, what = (
-            (t.epochs, "epochs"),
-            (t.train_batch_size, "trainBatchSize"),
-            "samples",
-        )
-    steps = items * passes[0] // batch[0]
-    if steps < 1:
-        raise JobError(
-            f"training.{batch[1]} ({batch[0]}) is larger than the data ({items} {what} x "
-            f"{passes[0]} {passes[1]}): not one full step; lower it or add data"
-        )
-    return steps
+    fixed = fixed_steps(cfg)
+    if fixed is not None:
+        return fixed
+    basis = step_basis(cfg)
+    problem = too_little_data(basis, items)
+    if problem is not None:
+        raise JobError(problem.render())
+    return basis.steps(items)
 
 
 @dataclass(frozen=True)
