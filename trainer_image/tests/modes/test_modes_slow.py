@@ -52,15 +52,45 @@ def test_conditioning_on_a_high_score_yields_better_answers(ray_up: None, tmp_pa
     assert high > low + 0.4, (high, low)
 
 
-@pytest.mark.xfail(
-    reason="measured: KL(teacher || student) 6.22 -> 0.035 (last 4 steps), but after 96 steps "
-    "the one-layer student answers 'd' for the letter c where the teacher answers 'c'",
-    strict=False,
-)
+def held_out(cfg: JobConfig) -> JobConfig:
+    """The config reading its builtin task's held-out split ("test") instead of "train"."""
+    train = [s.model_copy(update={"split": "test"}) for s in cfg.data.train]
+    return cfg.model_copy(update={"data": cfg.data.model_copy(update={"train": train})})
+
+
+def held_out_forward_kl(student: Path, teacher: Path, cfg: JobConfig, base: Path) -> float:
+    """Mean KL(teacher || student) over the response tokens of the held-out rows."""
+    import torch
+
+    from rlhf_trainer.algos.distillation import token_kls
+    from rlhf_trainer.algos.masking import masked_mean
+    from rlhf_trainer.data.offline import load_sft
+    from rlhf_trainer.models.loading import load_causal_lm, load_tokenizer
+    from rlhf_trainer.offline.collate import collate
+    from rlhf_trainer.offline.kinds import offline_spec
+    from rlhf_trainer.offline.objectives import flat, teacher_token_logps
+
+    tok = load_tokenizer(student)
+    items = list(load_sft(held_out(cfg).data, tok, base, cfg.training.seed))
+    batch = collate(items, offline_spec(cfg), int(tok.pad_token_id), cfg.data.max_length)
+    with torch.no_grad():
+        logps = [teacher_token_logps(load_causal_lm(d).eval(), batch) for d in (teacher, student)]
+    forward, _ = token_kls(logps[1].flatten(0, 1), logps[0].flatten(0, 1))
+    return float(masked_mean(forward, flat(batch, "loss_mask")[:, 1:].bool()))
+
+
 def test_the_student_matches_its_teacher(ray_up: None, tmp_path: Path) -> None:
     """tiny-distillation-cpu with tiny-sft-cpu's model as the teacher: KL(teacher || student)
-    on the response tokens falls and the one-layer student answers every prompt as the
-    teacher does (greedy). Measured: not yet (no test slot before landing)."""
+    on the response tokens falls, also on the task's held-out rows, and the one-layer student's
+    greedy answer to every held-out prompt (64 rows; the task has 4 distinct prompts) is the
+    teacher's. Measured (256 steps, 28 s of training; the whole test 7 min on 2 busy shared
+    cores): KL 6.22 -> 0.00002 (mean of the last 4 steps), 0.00002 on the held-out rows,
+    greedy agreement 64/64. With 96 steps (KL 0.05) the student answered 'd' to "Repeat the
+    letter c." (its first-token distribution for c and d was the same: d 0.49, c 0.44): the
+    letter is one of nine trained tokens, and the learning rate had decayed before the one
+    layer told c from d."""
+    from rlhf_trainer.data.builtin import builtin_rows
+
     teacher_cfg, teacher_base = example("tiny-sft-cpu")
     run_example(teacher_cfg, teacher_base, tmp_path / "tiny-sft-cpu")
     teacher = tmp_path / "tiny-sft-cpu" / "final"
@@ -68,11 +98,17 @@ def test_the_student_matches_its_teacher(ray_up: None, tmp_path: Path) -> None:
     models = cfg.models.model_copy(update={"teacher": ModelSource(pretrained=str(teacher))})
     records = run_example(cfg.model_copy(update={"models": models}), base, tmp_path / "distill")
     kl = series(records, "forward_kl")
-    assert mean(kl[-4:]) < 0.2 * kl[0], kl
+    assert mean(kl[-4:]) < 0.01 * kl[0], kl
     student = tmp_path / "distill" / "final"
-    for letter in "abcd":
-        prompt = f"Repeat the letter {letter}."
-        assert greedy(student, prompt, 20) == greedy(teacher, prompt, 20)
+    assert held_out_forward_kl(student, teacher, cfg, base) < 0.01
+    (source,) = cfg.data.train
+    assert source.builtin is not None
+    rows = builtin_rows(source.builtin, "test", cfg.training.seed, "prompt", cfg.data)
+    prompts = [str(row[cfg.data.input_key]) for row in rows]
+    answers = {p: (greedy(student, p, 20), greedy(teacher, p, 20)) for p in set(prompts)}
+    assert len(answers) == 4 and all(a for a, _ in answers.values()), answers
+    agree = sum(answers[p][0] == answers[p][1] for p in prompts)
+    assert agree == len(prompts) == 64, (agree, answers)
 
 
 def held_out_step_accuracy(model_dir: Path, cfg: JobConfig, base: Path) -> float:
