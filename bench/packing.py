@@ -1,8 +1,8 @@
 """Sample packing vs padding: the actor's PPO update on one batch, side by side; JSON lines.
 
     .venv/bin/python bench/packing.py [--size M] [--samples 32] [--micro 8] [--prompt 4:28]
-        [--response 1:96] [--dtype fp32|bf16] [--attn sdpa|eager|flex_attention] [--iters 3] [--repeats 3]
-        [--device cpu|cuda]
+        [--response 1:96] [--dtype fp32|bf16] [--attn sdpa|eager|flex_attention]
+        [--iters 3] [--repeats 3] [--device cpu|cuda]
 
 The work of one training phase of a GRPO/PPO step, done the way the actor rank does it
 (`distributed.workers.trained`): `--samples` rollouts in micro-batches of `--micro`, each

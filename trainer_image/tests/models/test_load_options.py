@@ -140,6 +140,21 @@ def test_auto_takes_flash_attention_where_installed(monkeypatch: pytest.MonkeyPa
     assert attention_kernel(AttnImplementation.AUTO, on_gpu=True) == "sdpa"
 
 
+def test_auto_packs_with_flex_attention_on_gpus_without_flash_attn(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """sdpa computes a packed row's whole square (slower than padding on an H200); FlexAttention
+    skips the blocks between sequences. FlashAttention-2 stays first where it is installed; CPUs
+    keep sdpa (FlexAttention compiles for minutes there)."""
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    auto = AttnImplementation.AUTO
+    assert attention_kernel(auto, on_gpu=True, packed=True) == "flex_attention"
+    assert attention_kernel(auto, on_gpu=False, packed=True) == "sdpa"
+    assert attention_kernel(AttnImplementation.SDPA, on_gpu=True, packed=True) == "sdpa"
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object())
+    assert attention_kernel(auto, on_gpu=True, packed=True) == "flash_attention_2"
+
+
 def test_a_local_model_loads_with_the_chosen_kernel(tiny_model_dir: Path) -> None:
     model = load_causal_lm(tiny_model_dir, options=LoadOptions(attn_implementation="eager"))
     assert model.config._attn_implementation == "eager"

@@ -18,10 +18,10 @@ class LRScheduler(StrEnum):
 class AttnImplementation(StrEnum):
     """Attention kernels (transformers' `attn_implementation`) of the trained and frozen models.
 
-    `auto`: FlashAttention-2 on GPUs where the `flash-attn` package is installed, else PyTorch's
-    scaled-dot-product attention. `flex_attention`: PyTorch's FlexAttention, compiled on first
-    use; its block masks skip the blocks between packed sequences. vLLM engines choose their own
-    kernels."""
+    `auto`: FlashAttention-2 on GPUs where the `flash-attn` package is installed; without it
+    FlexAttention for packed rows on GPUs; else PyTorch's scaled-dot-product attention.
+    `flex_attention`: PyTorch's FlexAttention, compiled on first use; its block masks skip the
+    blocks between packed sequences. vLLM engines choose their own kernels."""
 
     AUTO = "auto"
     FLASH_ATTENTION_2 = "flash_attention_2"
@@ -120,7 +120,8 @@ class TrainingConfig(ConfigModel):
     attn_implementation: AttnImplementation = Field(
         AttnImplementation.AUTO,
         description="Attention kernel of the trained and frozen models: auto (FlashAttention-2 "
-        "on GPUs with flash-attn installed, else sdpa), flash_attention_2, flex_attention, sdpa "
+        "on GPUs with flash-attn installed, else flex_attention for packed rows on GPUs, else "
+        "sdpa), flash_attention_2, flex_attention, sdpa "
         "or eager.",
     )
     lora: LoRAConfig | None = None

@@ -135,7 +135,9 @@ class RankBase:
         from rlhf_trainer.models.loading import LoadOptions, attention_kernel
 
         job = self.settings.job
-        kernel = attention_kernel(job.training.attn_implementation, on_gpu=self.settings.on_gpu)
+        kernel = attention_kernel(
+            job.training.attn_implementation, on_gpu=self.settings.on_gpu, packed=self.packed
+        )
         return LoadOptions.of(role_source(job, self.role), kernel)
 
     def check_packing(self, model: torch.nn.Module, *, value_model: bool = False) -> None:
