@@ -155,3 +155,27 @@ def test_a_frozen_model_without_zero3_is_placed_on_its_ranks_device(stage: int) 
     )
     assert all(p.device.type == "meta" and not p.requires_grad for p in model.parameters())
     assert not model.training
+
+
+def test_the_optimizer_is_fused_adamw_and_steps_like_the_reference() -> None:
+    """The fused kernel makes the same AdamW update as the per-tensor loop (to rounding)."""
+    from rlhf_trainer.distributed.strategy import build_optimizer
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Linear(16, 4))
+    reference = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Linear(16, 4))
+    reference.load_state_dict(model.state_dict())
+    t = training(weightDecay=0.01)
+    fused = build_optimizer(model, t, 1e-2, on_gpu=False)
+    assert fused.defaults["fused"] is True
+    loop = torch.optim.AdamW(
+        reference.parameters(), lr=1e-2, betas=t.adam_betas, weight_decay=0.01, foreach=False
+    )
+    x = torch.randn(5, 8)
+    for _ in range(3):
+        for net, opt in ((model, fused), (reference, loop)):
+            opt.zero_grad()
+            net(x).square().sum().backward()
+            opt.step()
+    for a, b in zip(model.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(a, b)
