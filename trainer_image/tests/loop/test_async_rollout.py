@@ -7,10 +7,16 @@ from a mean reward of 0.062 over the first 20 % of steps to 0.985 over the last 
 step after the first one step stale (sync GRPO: 0.09 -> 1.00, see test_learning). The resume
 test (6 steps, killed after the step-3 checkpoint) passed; its steps 2-6 waited ~0 s for
 their batch, generated during the previous step's update.
+
+With dynamic sampling the producer gathers each batch in rounds: the resume test with it,
+evaluation and `maxStaleness: 2` passed in 315 s (staleness 0, 1, 2, 2, 2, 2; steps 1, 2 and 5
+took an extra round; the step-3 checkpoint held the batches of steps 4 and 5, step 5's
+refilled, at data positions 24 and 32).
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -18,7 +24,7 @@ import torch
 import yaml
 from safetensors.torch import load_file
 from test_learning import first_and_last_fifth, run
-from test_resume import kill_after_checkpoint
+from test_resume import eval_data, kill_after_checkpoint
 
 from conftest import (
     EXAMPLE,
@@ -55,19 +61,25 @@ def test_grpo_with_async_rollout_learns(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("dynamic", [False, True], ids=["async", "async-dynamic-sampling-eval"])
 def test_resume_with_async_rollout_reproduces_the_straight_run(
-    job_file: JobFile, tmp_path: Path
+    dynamic: bool, job_file: JobFile, tmp_path: Path
 ) -> None:
     """Killed after the step-3 checkpoint, whose saved batch for step 4 came from the
     step-2 weights: the resumed run trains on that very batch, then continues as the
-    straight run did (same metrics every step, same final weights)."""
+    straight run did (same metrics every step, same final weights). With dynamic sampling
+    (and evaluation every 2 steps) the saved batches are those the producer gathered in
+    rounds, two steps ahead (`maxStaleness: 2`): their rewards, round metrics and data
+    positions come back with them."""
     steps = 6
+    extra = eval_data(tmp_path) if dynamic else {}
     training = {**QUICK["training"], "maxSteps": steps, "deterministic": True}
     path = job_file(
-        algorithm={"name": "grpo", "normalizeReward": True},
-        rollout={**QUICK["rollout"], **ASYNC},
-        training=training,
+        algorithm={"name": "grpo", "normalizeReward": True, **extra.get("algorithm", {})},
+        rollout={**QUICK["rollout"], **ASYNC, **({"maxStaleness": 2} if dynamic else {})},
+        training=training | extra.get("training", {}),
         checkpoint={"everySteps": steps // 2, "keep": 3},
+        **({"data": extra["data"]} if dynamic else {}),
     )
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     finish(rlhf_run(path, straight))
@@ -75,7 +87,10 @@ def test_resume_with_async_rollout_reproduces_the_straight_run(
     first = rlhf_run(path, resumed)
     checkpoint = resumed / "checkpoints" / "step-000003"
     kill_after_checkpoint(first, checkpoint / "COMPLETE")
-    assert (checkpoint / "pending_rollouts.json").exists()
+    pending = json.loads((checkpoint / "pending_rollouts.json").read_text())["rollouts"]
+    assert [r["step"] for r in pending] == ([4, 5] if dynamic else [4])
+    if dynamic:  # scored by the producer: the resumed run must not score them again
+        assert all(len(r["rewards"]) == len(r["samples"]) for r in pending)
     written_before = len(read_metrics(resumed))
     assert written_before < steps, "the first run was not interrupted"
     finish(rlhf_run(path, resumed))
@@ -84,7 +99,12 @@ def test_resume_with_async_rollout_reproduces_the_straight_run(
     assert sorted(a) == sorted(b) == list(range(1, steps + 1))
     for step in range(1, steps + 1):
         assert a[step] == b[step], f"step {step} differs"
-    assert [a[s]["staleness"] for s in a] == [0.0] + [1.0] * (steps - 1)
+    if dynamic:  # the case really refilled and evaluated, on both sides of the kill
+        assert sum(a[s]["dynamic_sampling/extra_rounds"] for s in a) > 0
+        assert [s for s in a if "eval/pass@1" in a[s]] == [2, 4, 6]
+        assert [a[s]["staleness"] for s in a] == [0.0, 1.0] + [2.0] * (steps - 2)
+    else:
+        assert [a[s]["staleness"] for s in a] == [0.0] + [1.0] * (steps - 1)
 
     weights_a = load_file(straight / "final" / "actor" / "model.safetensors")
     weights_b = load_file(resumed / "final" / "actor" / "model.safetensors")
