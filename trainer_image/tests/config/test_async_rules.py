@@ -47,9 +47,19 @@ def test_async_is_off_by_default_and_named_async_on_the_wire() -> None:
             id="partial-without-async",
         ),
         pytest.param(
-            {"rollout": {"async": True, "partialRollout": True}},
-            "rollout.partialRollout: not implemented yet in this trainer",
-            id="partial-rollout",
+            {
+                "rollout": {"async": True, "partialRollout": True},
+                "training": {"deterministic": True},
+            },
+            "rollout.partialRollout: where a weight update lands in a batch in flight depends "
+            "on timing",
+            id="partial-deterministic",
+        ),
+        pytest.param(
+            {"rollout": {"async": True, "partialRollout": True, "tensorParallelSize": 2}},
+            "rollout.partialRollout: pausable engines (vLLM's AsyncLLM) run one rank per "
+            "engine in this trainer; got rollout.tensorParallelSize 2",
+            id="partial-tensor-parallel",
         ),
         pytest.param(
             {"rollout": {"async": True, "maxStaleness": 9}},
@@ -76,3 +86,7 @@ def test_async_on_an_iterative_algorithm_is_refused() -> None:
 
 def test_async_ppo_with_vllm_is_valid() -> None:
     assert messages(minimal(rollout={"async": True})) == []
+
+
+def test_partial_rollout_with_async_is_valid() -> None:
+    assert messages(minimal(rollout={"async": True, "partialRollout": True})) == []

@@ -17,6 +17,7 @@ from torch import Tensor
 
 from rlhf_trainer.checkpoint import CheckpointManager
 from rlhf_trainer.config import JobConfig
+from rlhf_trainer.distributed.vllm_engine import Generated
 from rlhf_trainer.loop.driver import Hooks, Trainer
 from rlhf_trainer.loop.schedule import PENDING_ROLLOUTS_FILE
 
@@ -38,7 +39,7 @@ class Cluster:
 
     def generate(self, ids: list[list[int]], seeds: Any, settings: Any, pad: int) -> Any:
         assert settings.logprobs, "async rollout asks the engines for log-probs"
-        reply = SimpleNamespace(token_ids=[5, 6], finish_reason="stop", logprobs=[-0.5, -0.25])
+        reply = Generated(token_ids=[5, 6], logprobs=[-0.5, -0.25], finish_reason="stop")
         return [[reply] * settings.n for _ in ids]
 
     def train_actor(
@@ -170,11 +171,7 @@ class PromptLogProbs(Cluster):
     def generate(self, ids: list[list[int]], seeds: Any, settings: Any, pad: int) -> Any:
         assert settings.logprobs, "every round, refills included, asks for log-probs"
         return [
-            [
-                SimpleNamespace(
-                    token_ids=[5, 6], finish_reason="stop", logprobs=[-p[-1] / 100, -0.25]
-                )
-            ]
+            [Generated(token_ids=[5, 6], logprobs=[-p[-1] / 100, -0.25], finish_reason="stop")]
             * settings.n
             for p in ids
         ]

@@ -74,6 +74,7 @@ class RolloutConfig(ConfigModel):
         False,
         description=(
             "With async: pause the engines' in-flight requests around a weight update and "
-            "resume them with the new weights, instead of letting them finish first."
+            "resume them with the new weights (their KV cache recomputed), instead of "
+            "letting them finish first (vLLM's AsyncLLM engines)."
         ),
     )

@@ -18,6 +18,7 @@ from .data_rules import builtin_problems, data_problems, eval_problems
 from .layout import layout_problems
 from .location_rules import location_problems, storage_problems
 from .mode_rules import auto_mode_problems, mode_problems
+from .partial_rules import partial_rollout_problems
 from .placement import Device
 from .reward_rules import remote_reward_problems, reward_source_problems
 from .rollout import RolloutEngine
@@ -142,16 +143,7 @@ def _async_problems(cfg: JobConfig) -> list[Problem]:
                 "rollout.enableSleep false",
             )
         )
-    if r.partial_rollout:
-        out.append(
-            Problem(
-                "rollout.partialRollout",
-                "not implemented yet in this trainer: its engines run vLLM's synchronous LLM, "
-                "which cannot pause requests in flight (that needs vLLM's AsyncLLM "
-                "pause_generation(mode='keep'), GPU engines); with rollout.async the engines "
-                "finish the batch in flight, then load the new weights: set it false",
-            )
-        )
+    out += partial_rollout_problems(cfg)
     return out
 
 

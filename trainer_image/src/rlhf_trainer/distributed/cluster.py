@@ -32,6 +32,8 @@ from .plan import (
     reward_role,
 )
 from .vllm_engine import EngineSettings, Generated, SamplingSettings, VLLMEngine
+from .vllm_pausable import CONCURRENCY as PAUSABLE_CONCURRENCY
+from .vllm_pausable import PausableVLLMEngine
 from .weight_sync import BROADCAST, OBJECT_STORE, WeightSync
 from .workers.actor import ActorWorker
 from .workers.base import WorkerSettings
@@ -219,6 +221,7 @@ class TrainingCluster:
             args: tuple[Any, ...] | None = None,
             distributed: bool = True,
             fraction: float | None = None,
+            concurrency: int = 1,
         ) -> RoleGroup:
             placed, share = self.plan.locate(role)
             settings = WorkerSettings(
@@ -234,6 +237,7 @@ class TrainingCluster:
                 env={**env, **(extra_env or {})},
                 args=args if args is not None else (settings,),
                 distributed=distributed,
+                concurrency=concurrency,
             )
             self._created.append(made)
             return made
@@ -247,9 +251,10 @@ class TrainingCluster:
             # executor), each taking the engine's share of one bundle: the engine actor
             # itself holds no device then (as in OpenRLHF).
             ray_workers = self.on_gpu and share.span > 1
+            partial = job.rollout.partial_rollout
             self.engines = group(
                 ROLLOUT,
-                VLLMEngine,
+                PausableVLLMEngine if partial else VLLMEngine,
                 dirs.actor,
                 extra_env={
                     "VLLM_ENABLE_V1_MULTIPROCESSING": os.environ.get(
@@ -263,6 +268,7 @@ class TrainingCluster:
                 ),
                 distributed=False,
                 fraction=0.0 if ray_workers else None,
+                concurrency=PAUSABLE_CONCURRENCY if partial else 1,
             )
         self.actor = group(ACTOR, self.actor_worker, dirs.actor)
         self.reference = (
@@ -297,6 +303,7 @@ class TrainingCluster:
                 backend="nccl" if self.on_gpu else "gloo",
                 dtype=self._vllm_dtype(),
                 tensor_parallel_size=job.rollout.tensor_parallel_size,
+                pausing=job.rollout.partial_rollout,
             )
             self.weight_sync.setup()
 

@@ -85,6 +85,7 @@ def actor_options(
     fraction: float,
     cpus: float,
     env: dict[str, str],
+    concurrency: int = 1,
 ) -> dict[str, Any]:
     pg, bundle = slot
     options: dict[str, Any] = {
@@ -93,7 +94,8 @@ def actor_options(
             placement_group=pg, placement_group_bundle_index=bundle
         ),
         "runtime_env": {"env_vars": env},
-        "max_concurrency": 1,
+        # One call at a time, except where a role's calls must overlap (a pausable engine).
+        "max_concurrency": concurrency,
     }
     if resource == "GPU":
         options["num_gpus"] = fraction
@@ -117,6 +119,7 @@ class RoleGroup:
         env: dict[str, str],
         args: Sequence[Any] = (),
         distributed: bool = True,
+        concurrency: int = 1,
     ) -> None:
         self.role = role
         remote_cls: Any = ray.remote(worker_cls)
@@ -124,7 +127,7 @@ class RoleGroup:
         ranks = len(slots)
         try:
             for rank, slot in enumerate(slots):
-                options = actor_options(slot, resource, fraction, cpus, env)
+                options = actor_options(slot, resource, fraction, cpus, env, concurrency)
                 name_args = (role, rank, ranks, *args) if distributed else tuple(args)
                 self.workers.append(remote_cls.options(**options).remote(*name_args))
             if distributed:

@@ -66,6 +66,13 @@ class Generated:
     token_ids: list[int]
     logprobs: list[float]
     finish_reason: str
+    # The weight versions its tokens were sampled by, oldest first (partial rollout: a
+    # response in flight during a weight update spans two); empty where not tracked.
+    weight_versions: tuple[int, ...] = ()
+
+    def response(self) -> tuple[list[int], str, list[float], tuple[int, ...]]:
+        """As the rollout's `Response` with log-probs (async rollout)."""
+        return self.token_ids, self.finish_reason, self.logprobs, self.weight_versions
 
 
 def llm_kwargs(settings: EngineSettings) -> dict[str, Any]:
@@ -102,23 +109,7 @@ class VLLMEngine:
     """Ray actor body (see `groups.RoleGroup`); one vLLM `LLM` per actor."""
 
     def __init__(self, settings: EngineSettings) -> None:
-        if settings.threads and not settings.on_gpu:
-            import torch
-
-            torch.set_num_threads(settings.threads)
-        tp = settings.tensor_parallel_size
-        changes = engine_environment(
-            tp,
-            on_gpu=settings.on_gpu,
-            device_share=settings.device_share,
-            cpus=sorted(os.sched_getaffinity(0)),
-            current=os.environ,
-        )
-        for name, value in changes.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        prepare_process(settings)
         from vllm import LLM
 
         self.llm = LLM(**llm_kwargs(settings))
@@ -130,42 +121,14 @@ class VLLMEngine:
         self, prompts: list[list[int]], seeds: list[int], sampling: SamplingSettings
     ) -> list[list[Generated]]:
         """For each prompt, `sampling.n` responses (sampled with the prompt's seed)."""
-        from vllm import SamplingParams
-
         requests = [{"prompt_token_ids": ids} for ids in prompts]
-
-        def params(seed: int | None) -> SamplingParams:
-            return SamplingParams(
-                n=sampling.n,
-                max_tokens=sampling.max_new_tokens,
-                temperature=sampling.temperature,
-                top_p=sampling.top_p,
-                top_k=sampling.top_k if sampling.top_k > 0 else 0,
-                stop=list(sampling.stop) or None,
-                stop_token_ids=list(sampling.stop_token_ids) or None,
-                include_stop_str_in_output=True,
-                seed=seed,
-                logprobs=0 if sampling.logprobs else None,
-            )
-
-        per_request: SamplingParams | list[SamplingParams] = (
-            [params(seed) for seed in seeds] if sampling.seeded else params(None)
+        per_request: Any = (
+            [sampling_params(sampling, seed) for seed in seeds]
+            if sampling.seeded
+            else sampling_params(sampling, None)
         )
         outputs = self.llm.generate(requests, per_request, use_tqdm=False)  # type: ignore[arg-type]
-        return [
-            [
-                Generated(
-                    token_ids=list(c.token_ids),
-                    logprobs=[
-                        _chosen_logprob(lp, t)
-                        for lp, t in zip(c.logprobs or [], c.token_ids, strict=False)
-                    ],
-                    finish_reason=str(c.finish_reason),
-                )
-                for c in sorted(out.outputs, key=lambda c: c.index)
-            ]
-            for out in outputs
-        ]
+        return [responses(out) for out in outputs]
 
     # --- weight sync ----------------------------------------------------------------------
     def load_packed(self, packed: list[Any]) -> int:
@@ -193,6 +156,68 @@ class VLLMEngine:
     def reset_prefix_cache(self) -> None:
         # Cached KV blocks were computed with the old weights.
         self.llm.reset_prefix_cache()
+
+
+def prepare_process(settings: EngineSettings) -> None:
+    """Threads and environment of the engine actor, before vLLM starts in it."""
+    if settings.threads and not settings.on_gpu:
+        import torch
+
+        torch.set_num_threads(settings.threads)
+    changes = engine_environment(
+        settings.tensor_parallel_size,
+        on_gpu=settings.on_gpu,
+        device_share=settings.device_share,
+        cpus=sorted(os.sched_getaffinity(0)),
+        current=os.environ,
+    )
+    for name, value in changes.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+def sampling_params(sampling: SamplingSettings, seed: int | None, **extra: Any) -> Any:
+    """vLLM's `SamplingParams` for one request (`seed`: its own generator, or None)."""
+    from vllm import SamplingParams
+
+    return SamplingParams(
+        n=sampling.n,
+        max_tokens=sampling.max_new_tokens,
+        temperature=sampling.temperature,
+        top_p=sampling.top_p,
+        top_k=sampling.top_k if sampling.top_k > 0 else 0,
+        stop=list(sampling.stop) or None,
+        stop_token_ids=list(sampling.stop_token_ids) or None,
+        include_stop_str_in_output=True,
+        seed=seed,
+        logprobs=0 if sampling.logprobs else None,
+        **extra,
+    )
+
+
+def responses(output: Any) -> list[Generated]:
+    """A vLLM `RequestOutput` as our responses, in sample order."""
+    return [
+        Generated(
+            token_ids=list(c.token_ids),
+            logprobs=[
+                _chosen_logprob(lp, t) for lp, t in zip(c.logprobs or [], c.token_ids, strict=False)
+            ],
+            finish_reason=str(c.finish_reason),
+            weight_versions=_versions(c),
+        )
+        for c in sorted(output.outputs, key=lambda c: c.index)
+    ]
+
+
+def _versions(completion: Any) -> tuple[int, ...]:
+    """The weight versions that sampled the completion's tokens, in order: vLLM labels its
+    outputs with the label of the weights they came from (`update_weight_version`); only
+    the pausable engine sets numeric labels (the default label is "default")."""
+    spans = getattr(completion, "weight_versions", None) or []
+    return tuple(int(s.version) for s in spans if str(s.version).isdigit())
 
 
 def _chosen_logprob(step: Any, token: int) -> float:

@@ -14,8 +14,10 @@ when vLLM loads a checkpoint from disk; each rank is its own member of the broad
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from .weights import Packed, TensorMeta, broadcast, new_group, unflatten, unpack
@@ -33,24 +35,39 @@ class WeightSyncExtension:
         self.model_runner.reload_weights(weights_iterator=iter(unpack(packed)))
         return len(packed)
 
+    def rlhf_load_raw(self, items: list[Any]) -> int:
+        """One bucket as `(name, dtype, shape, bytes)` items: what crosses into vLLM's
+        engine-core process (its msgpack channel carries bytes and lists, not our types)."""
+        packed = [(as_meta(item[:3]), np.frombuffer(item[3], dtype=np.uint8)) for item in items]
+        return self.rlhf_load_packed(packed)
+
     def rlhf_init_weight_group(
         self, backend: str, address: str, port: int, first_rank: int, world_size: int
     ) -> bool:
         self._rlhf_group = new_group(backend, address, port, first_rank + self.rank, world_size)
         return True
 
-    def rlhf_receive_weights(self, plan: list[list[TensorMeta]]) -> int:
+    def rlhf_receive_weights(self, plan: list[list[Any]]) -> int:
         """Receive the broadcast buckets described by `plan` and load each as it arrives."""
         if self._rlhf_group is None:
             raise RuntimeError("rlhf_init_weight_group must run before rlhf_receive_weights")
         count = 0
-        for metas in plan:
+        for raw_metas in plan:
+            metas = [as_meta(m) for m in raw_metas]
             dtype = getattr(torch, metas[0].dtype)
             flat = torch.empty(sum(m.numel for m in metas), dtype=dtype, device=_device())
             broadcast(self._rlhf_group, flat)
             self.model_runner.reload_weights(weights_iterator=iter(unflatten(flat, metas)))
             count += len(metas)
         return count
+
+
+def as_meta(meta: TensorMeta | Sequence[Any]) -> TensorMeta:
+    """A `TensorMeta`, or one sent as `(name, dtype, shape)` across a process boundary."""
+    if isinstance(meta, TensorMeta):
+        return meta
+    name, dtype, shape = meta
+    return TensorMeta(str(name), str(dtype), tuple(int(d) for d in shape))
 
 
 def _device() -> torch.device:

@@ -8,6 +8,9 @@
   group (gloo on CPU, NCCL on GPU) and the weights are broadcast in flat buckets, loaded by
   the engines bucket by bucket.
 
+With partial rollout (`vllm_pausable`) the engines are paused around the loads, their
+requests in flight kept, and resumed by the new weights.
+
 `cluster.weight_sync_mode` picks: broadcast between separate GPUs, the object store otherwise.
 With ZeRO-3 every actor rank takes part (parameters are gathered one by one); only rank 0
 sends. A tensor-parallel engine's ranks each receive the full tensors (by the object store or
@@ -37,6 +40,7 @@ class WeightSync:
         backend: str,
         dtype: str,
         tensor_parallel_size: int = 1,
+        pausing: bool = False,
     ) -> None:
         if mode not in (OBJECT_STORE, BROADCAST):
             raise ValueError(
@@ -50,6 +54,8 @@ class WeightSync:
             dtype,
         )
         self.tp = tensor_parallel_size
+        # Partial rollout: the engines' requests in flight are paused around each load.
+        self.pausing = pausing
         self.plan: Any = None
 
     def setup(self) -> None:
@@ -72,6 +78,8 @@ class WeightSync:
     def sync(self) -> float:
         """Push the actor's current weights into every engine; returns the seconds it took."""
         start = time.perf_counter()
+        if self.pausing:
+            ray.get([e.pause.remote() for e in self.engines.workers])
         if self.mode == OBJECT_STORE:
             streams = self._pack()
             # Each bucket goes to every engine as soon as rank 0 has put it; an engine loads
@@ -84,6 +92,8 @@ class WeightSync:
             sends = [w.broadcast_weights.remote(self.dtype) for w in self.actor.workers]
             receives = [e.receive_weights.remote(self.plan) for e in self.engines.workers]
             ray.get(sends + receives)
+        if self.pausing:
+            ray.get([e.resume.remote() for e in self.engines.workers])
         self._reset_prefix_caches()
         return time.perf_counter() - start
 

@@ -33,6 +33,9 @@ class Sample:
     # The engine's sampling log-prob of each response token (0 where it did not generate
     # it): the behaviour policy's, kept by async rollout for the importance ratio.
     logprobs: list[float] | None = None
+    # The weight versions that sampled its tokens, oldest first (vLLM's labels; partial
+    # rollout): two or more when a weight update landed while it was being generated.
+    weight_versions: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if len(self.action_mask) != len(self.response_ids):

@@ -235,7 +235,7 @@ class Trainer:
             )
             out = self.cluster.generate(ids, seeds, settings, self.pad_id)
             if r.async_rollout:
-                return [[(g.token_ids, g.finish_reason, g.logprobs) for g in gr] for gr in out]
+                return [[g.response() for g in group] for group in out]
             return [[(g.token_ids, g.finish_reason) for g in group] for group in out]
 
         prompts = [

@@ -7,15 +7,17 @@ weights into the object store at once, between its updates; the engines load the
 batches queued before are done). So the engines never mix weights within a batch, the actor
 trains step t while they generate step t+1, and the driver waits only for a batch that is
 not ready. With a weight sync that needs both sides at once (the NCCL/gloo broadcast) the
-driver waits for the queue to empty and syncs itself.
+driver waits for the queue to empty and syncs itself. With `rollout.partialRollout` the
+driver syncs at once instead: the engines pause the batch in flight, load, and resume it by
+the new weights (`vllm_pausable`), so a batch's samples may span two or more versions.
 
 The background thread also advances the data cursor: a batch reads its prompts from where
 the batch before it ended, which with dynamic sampling (`algorithm.dynamicSampling`) is known
 only once that batch's rounds are scored. So a producer call (`ProduceStep`) is the whole
 batch: prompts, generation and, with dynamic sampling, scoring and refill rounds, run back to
-back in one job. No weight load can fall between a batch's rounds (loads queue behind it), so
-every batch comes from one policy version, the one its staleness is counted and bounded from,
-and the batches and data positions are the same run after run.
+back in one job. Without partial rollout no weight load falls between a batch's rounds (loads
+queue behind it), so every batch comes from one policy version, the one its staleness is
+counted and bounded from, and the batches and data positions are the same run after run.
 
 The batches generated for steps after a checkpoint are saved with it (`schedule.save_rollouts`):
 their weights are gone after the update, and a resumed run must train on the same ones.
@@ -29,6 +31,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -38,7 +41,14 @@ from rlhf_trainer.config import JobConfig
 
 from .batch import Sample
 from .dynamic_sampling import RoundSource, dynamic_rollout
-from .schedule import Rollout, check_staleness, load_rollouts, save_rollouts, steps_to_start
+from .schedule import (
+    Rollout,
+    check_staleness,
+    load_rollouts,
+    save_rollouts,
+    steps_to_start,
+    version_metrics,
+)
 
 T = TypeVar("T")
 
@@ -141,9 +151,11 @@ class AsyncRollouts:
         *,
         total_steps: int,
         max_staleness: int,
+        partial_rollout: bool = False,
     ) -> None:
         self.produce, self.engines = produce, engines
         self.total_steps, self.max_staleness = total_steps, max_staleness
+        self.partial = partial_rollout
         self.worker = OrderedWorker("rlhf-rollout")
         # Started batches not yet trained on, oldest first (the head is the next step's).
         self.pending: deque[tuple[int, Future[Rollout]]] = deque()
@@ -176,7 +188,7 @@ class AsyncRollouts:
             delivery.result()
             self.deliveries.remove(delivery)
         check_staleness(rollout, self.max_staleness)
-        return rollout
+        return replace(rollout, metrics=rollout.metrics | version_metrics(rollout.samples))
 
     def _start(self, step: int) -> None:
         after, version = self.cursor, self.engine_version
@@ -197,8 +209,10 @@ class AsyncRollouts:
         engines after the batches already queued."""
         if self.pending and self.pending[0][0] == step:
             self.pending.popleft()
-        deliver = self.engines.stage_weights()
-        if deliver is None:
+        if self.partial:
+            # The engines pause the batches in flight, load the weights and resume them.
+            self.engines.sync_weights()
+        elif (deliver := self.engines.stage_weights()) is None:
             for _, future in self.pending:
                 future.result()
             self.engines.sync_weights()
@@ -259,4 +273,10 @@ def rollout_source(
     r = cfg.rollout
     if not r.async_rollout:
         return OnPolicyRollouts(produce, engines)
-    return AsyncRollouts(produce, engines, total_steps=total_steps, max_staleness=r.max_staleness)
+    return AsyncRollouts(
+        produce,
+        engines,
+        total_steps=total_steps,
+        max_staleness=r.max_staleness,
+        partial_rollout=r.partial_rollout,
+    )

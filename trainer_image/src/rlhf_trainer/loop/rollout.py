@@ -22,7 +22,7 @@ from __future__ import annotations
 import importlib.util
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -30,14 +30,23 @@ from rlhf_trainer.config import JobConfig
 
 from .batch import Sample
 
-# One response: (ids, finish_reason), or (ids, finish_reason, sampling log-probs of the ids).
-Response = tuple[list[int], str] | tuple[list[int], str, list[float]]
+# One response: (ids, finish_reason), or (ids, finish_reason, sampling log-probs of the ids),
+# or with the weight versions that sampled the ids, oldest first (partial rollout).
+Response = (
+    tuple[list[int], str]
+    | tuple[list[int], str, list[float]]
+    | tuple[list[int], str, list[float], tuple[int, ...]]
+)
 # generate(prompt token lists, seeds, n, max_new_tokens) -> per prompt, n responses
 GenerateFn = Callable[[list[list[int]], list[int], int, int], list[list[Response]]]
 
 
 def _logprobs(response: Response) -> list[float] | None:
     return list(response[2]) if len(response) > 2 else None
+
+
+def _versions(response: Response) -> list[int]:
+    return list(response[3]) if len(response) > 3 else []
 
 
 class Tokenizer(Protocol):
@@ -90,6 +99,7 @@ def single_turn(
                     label=prompt.label,
                     response_text=tokenizer.decode(list(ids), skip_special_tokens=True),
                     logprobs=_logprobs(response),
+                    weight_versions=_versions(response),
                 )
             )
     return samples
@@ -138,6 +148,7 @@ class _Episode:
     finish_reason: str = "length"
     # Sampling log-probs, aligned with response_ids (0 for feedback); None if not returned.
     logprobs: list[float] | None = None
+    versions: list[int] = field(default_factory=list)
 
 
 def multi_turn(
@@ -175,6 +186,7 @@ def multi_turn(
                 episode.logprobs = [] if len(response) > 2 else None
             if episode.logprobs is not None:
                 episode.logprobs += _logprobs(response) or []
+            episode.versions += [v for v in _versions(response) if v not in episode.versions]
             ids, reason = list(response[0]), response[1]
             _advance(episode, ids, reason, tokenizer, turn, turn + 1 == max_turns)
     return [
@@ -193,6 +205,7 @@ def multi_turn(
             agent_reward=e.reward,
             turns=e.turns,
             logprobs=e.logprobs,
+            weight_versions=e.versions,
         )
         for e in episodes
     ]

@@ -69,6 +69,19 @@ def steps_to_start(step: int, started_until: int, total_steps: int, max_stalenes
     return range(first, min(step + max_staleness, total_steps) + 1)
 
 
+def version_metrics(samples: list[Sample]) -> dict[str, float]:
+    """Partial rollout: how many weight versions sampled each sample's tokens (1: a single
+    policy); none where the engines do not label versions (the synchronous engines)."""
+    spans = [len(set(s.weight_versions)) for s in samples if s.weight_versions]
+    if not spans:
+        return {}
+    return {
+        "policy_versions": sum(spans) / len(spans),
+        "policy_versions_max": float(max(spans)),
+        "mixed_version_samples": sum(n > 1 for n in spans) / len(spans),
+    }
+
+
 def check_staleness(rollout: Rollout, max_staleness: int) -> None:
     lag = rollout.staleness()
     if lag < 0 or lag > max_staleness:
