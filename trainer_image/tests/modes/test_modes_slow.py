@@ -13,7 +13,7 @@ from rlhf_trainer.data.builtin import repeat_letter_score
 from rlhf_trainer.data.conditional import condition_prompt
 from rlhf_trainer.runner.main import run_config
 
-from .sampling import sampled_answers
+from .sampling import held_out_step_accuracy, sampled_answers
 
 pytestmark = pytest.mark.slow
 EXAMPLES = Path(__file__).resolve().parents[3] / "manifests" / "examples"
@@ -109,29 +109,6 @@ def test_the_student_matches_its_teacher(ray_up: None, tmp_path: Path) -> None:
     assert len(answers) == 4 and all(a for a, _ in answers.values()), answers
     agree = sum(answers[p][0] == answers[p][1] for p in prompts)
     assert agree == len(prompts) == 64, (agree, answers)
-
-
-def held_out_step_accuracy(model_dir: Path, cfg: JobConfig, base: Path) -> float:
-    """Share of the steps of the builtin task's held-out split ("test") the model judges
-    right (good-step log-odds > 0 exactly for the good steps)."""
-    import torch
-
-    from rlhf_trainer.data.offline import load_prm
-    from rlhf_trainer.data.steps import step_ids
-    from rlhf_trainer.models.loading import load_causal_lm, load_tokenizer
-    from rlhf_trainer.offline.collate import collate
-    from rlhf_trainer.offline.kinds import offline_spec
-    from rlhf_trainer.offline.objectives import prm_objective
-
-    tok = load_tokenizer(model_dir)
-    items = list(load_prm(cfg.data, tok, base, 0, cfg.algorithm.prm, split="test"))
-    batch = collate(items, offline_spec(cfg), int(tok.pad_token_id), cfg.data.max_length)
-    ids = step_ids(tok, cfg.algorithm.prm, "algorithm.prm")
-    with torch.no_grad():
-        _, stats = prm_objective(
-            load_causal_lm(model_dir).eval(), batch, ids.positive, ids.negative
-        )
-    return float(stats["accuracy"])
 
 
 def test_the_prm_judges_held_out_steps_and_scores_rollouts(ray_up: None, tmp_path: Path) -> None:
