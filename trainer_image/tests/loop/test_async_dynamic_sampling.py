@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -37,10 +38,10 @@ from rlhf_trainer.loop.schedule import (
 STEPS = 6
 
 
-def job(*, async_rollout: bool, k: int = 1) -> JobConfig:
+def job(*, async_rollout: bool, k: int = 1, partial: bool = False) -> JobConfig:
     rollout: dict[str, Any] = {"samplesPerPrompt": 2, "maxNewTokens": 4}
     if async_rollout:
-        rollout |= {"async": True, "maxStaleness": k}
+        rollout |= {"async": True, "maxStaleness": k, "partialRollout": partial}
     return JobConfig.model_validate(
         {
             "algorithm": {"name": "grpo", "dynamicSampling": True, "dynamicSamplingMaxRounds": 3},
@@ -219,3 +220,33 @@ def test_sync_dynamic_sampling_is_on_policy() -> None:
     assert isinstance(rollouts, OnPolicyRollouts)
     records, _ = drive(rollouts, engines, TrainerState(), 3)
     assert [r[2] for r in records] == [0, 1, 2]  # staleness 0
+
+
+class HeldRound(Source):
+    """Holds step 2's first refill round until the test lets it go (after a weight load)."""
+
+    def __init__(self, cfg: JobConfig, engines: Engines) -> None:
+        super().__init__(cfg, engines)
+        self.release = threading.Event()
+
+    def generate(self, step: int, items: list[Any], *, stream: str = "") -> list[Sample]:
+        if (step, stream) == (2, "round1"):
+            assert self.release.wait(timeout=10), "the test never let the round go"
+        return super().generate(step, items, stream=stream)
+
+
+def test_with_partial_rollout_a_batch_counts_staleness_from_its_oldest_round() -> None:
+    cfg = job(async_rollout=True, partial=True)
+    engines = Engines()
+    source = HeldRound(cfg, engines)
+    rollouts = build(cfg, source, engines, STEPS)
+    first, state = drive(rollouts, engines, TrainerState(), 1)  # starts step 2's batch
+    source.release.set()  # step 1's weights were loaded at once: step 2's refills see them
+    second, _ = drive(rollouts, engines, state, 2)
+    rollouts.close()
+    (_, _, version, _, responses, _, metrics) = second[0]
+    # The refills (which hold the kept groups) ran on step 1's weights, loaded at once while
+    # the batch was in flight; the batch records the version it started with, the oldest,
+    # so its staleness (1) bounds every sample's.
+    assert first[0][2] == version == 0 and responses == [1, 1, 1, 1]
+    assert metrics["dynamic_sampling/extra_rounds"] == 2.0

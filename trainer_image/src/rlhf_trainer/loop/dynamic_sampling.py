@@ -19,7 +19,8 @@ the same rounds exactly.
 With `rollout.async` the rounds run in the background producer (`pipeline.AsyncRollouts`),
 scoring included, so each batch it hands over is already full and the next batch reads on from
 where its rounds ended; all of a batch's rounds come from one policy version (no weight load
-falls between them), the one passed in.
+falls between them), the one passed in. With `rollout.partialRollout` loads land at once, also
+between rounds: the version passed in is then the batch's oldest, which staleness counts from.
 """
 
 from __future__ import annotations

@@ -13,7 +13,9 @@ the weights queued before it: those of step s-1's update. It is trained at step 
 version s+k-1, so its staleness is exactly k; the first batches, started at step 1 on the
 initial weights, are fresher. A batch gathered in several dynamic-sampling rounds runs them
 all in its one job of that queue, so it too has a single version (no weight load falls
-between its rounds), and the bound holds for each of its samples.
+between its rounds), and the bound holds for each of its samples. With partial rollout the
+loads do not queue: a batch's version is the one at its start, the oldest of its rounds
+and tokens, so its staleness is the largest of its samples'.
 """
 
 from __future__ import annotations
