@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 
 from rlhf_trainer.checkpoint_manifest import fsync_tree
+from rlhf_trainer.models.qlora import is_quantized_model
 
 from ..forward import trim_padding
 from .base import RankBase
@@ -123,6 +124,10 @@ class TrainedRank(RankBase):
             tag=CHECKPOINT_TAG,
             load_optimizer_states=True,
             load_lr_scheduler_states=True,
+            # bitsandbytes saves each 4-bit weight's quantisation state as extra keys
+            # (`weight.absmax`, `weight.quant_map`, ...) that torch's strict load calls
+            # unexpected; that state was rebuilt, identical, when the base loaded (QLoRA).
+            load_module_strict=not is_quantized_model(self.engine.module),
         )
         if load_path is None:
             raise FileNotFoundError(f"no DeepSpeed checkpoint of the {self.role} under {path}")
