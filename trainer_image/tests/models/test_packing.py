@@ -17,7 +17,14 @@ from rlhf_trainer.data.offline import KTOItem, PreferenceItem, SFTItem
 from rlhf_trainer.distributed.forward import action_log_probs, action_values
 from rlhf_trainer.loop.objectives import PolicyLossSettings, critic_objective, policy_objective
 from rlhf_trainer.models.loading import LoadOptions, load_causal_lm, load_value_model
-from rlhf_trainer.models.packing import PackingError, check_packing, pack, unpack
+from rlhf_trainer.models.packing import (
+    PackingError,
+    causal_lm_logits,
+    check_packing,
+    pack,
+    row_limit,
+    unpack,
+)
 from rlhf_trainer.offline.collate import collate
 from rlhf_trainer.offline.kinds import offline_spec
 from rlhf_trainer.offline.objectives import (
@@ -84,6 +91,50 @@ def test_pack_keeps_real_tokens_and_restarts_positions() -> None:
         [0.0, 0.0],
         [4.0, 5.0],
     ]
+
+
+def test_rows_are_bounded_for_mask_based_kernels() -> None:
+    """With a row limit, sequences fill rows in order; a row's unused tail restarts at 0."""
+    ids = torch.tensor([[0, 0, 5, 6, 7], [8, 0, 0, 0, 0], [1, 2, 3, 4, 5]])
+    mask = (ids != 0).long()
+    rows = pack(ids, mask, row_tokens=4)  # raised to 5, the longest sequence
+    assert rows.input_ids.tolist() == [[5, 6, 7, 8, 0], [1, 2, 3, 4, 5]]
+    assert rows.position_ids.tolist() == [[0, 1, 2, 0, 0], [0, 1, 2, 3, 4]]
+    back = unpack(rows.input_ids.unsqueeze(-1).float(), rows)[..., 0]
+    assert torch.equal(back.long(), ids)
+
+
+def test_one_row_for_flash_and_flex_attention(tiny_model_dir: Path) -> None:
+    """Flash's varlen kernel reads sequence starts in one row only, and flex's block mask costs
+    what the sequences cost; sdpa's mask is quadratic in the row: rows as wide as the batch."""
+    model = load_causal_lm(tiny_model_dir, torch.float32)
+    ids = torch.ones((3, 7), dtype=torch.long)
+    assert row_limit(model, ids) == 7
+    for kernel in ("flash_attention_2", "flex_attention"):
+        model.config._attn_implementation = kernel
+        assert row_limit(model, ids) is None
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_rows_of_several_sequences_give_the_padded_logits(
+    kernel: str, tiny_model_dir: Path
+) -> None:
+    """Short sequences share rows (3+4, 2+6, 1 under the width 8) and still see only
+    themselves."""
+    model = load_causal_lm(tiny_model_dir, torch.float32, LoadOptions(attn_implementation=kernel))
+    lengths = (3, 4, 2, 6, 1)
+    ids = torch.zeros((len(lengths), 8), dtype=torch.long)
+    for row, n in enumerate(lengths):
+        ids[row, 8 - n :] = torch.randint(
+            3, 100, (n,), generator=torch.Generator().manual_seed(row)
+        )
+    mask = (ids != 0).long()
+    assert pack(ids, mask, row_limit(model, ids)).input_ids.shape == (3, 8)
+    with torch.no_grad():
+        padded = causal_lm_logits(model, ids, mask, packed=False)
+        packed = causal_lm_logits(model, ids, mask, packed=True)
+    real = mask.bool()
+    torch.testing.assert_close(packed[real], padded[real], atol=ATOL, rtol=1e-4)
 
 
 # --- online: PPO layout (left-padded prompt, right-padded response) ----------------------------
