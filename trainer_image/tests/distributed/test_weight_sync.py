@@ -29,6 +29,7 @@ PROMPTS = ["Repeat the letter a.", "The quick brown fox", "Reinforcement learnin
 
 def job(**placement: Any) -> JobConfig:
     ranks = placement.pop("ranks", 1)
+    lora = placement.pop("lora", None)
     return JobConfig.model_validate(
         {
             "algorithm": {"name": "grpo"},
@@ -48,6 +49,7 @@ def job(**placement: Any) -> JobConfig:
                 "lrWarmupRatio": 0.0,
                 "bf16": False,
                 "zeroStage": placement.pop("zero", 0),
+                "lora": lora,
             },
             "placement": {
                 "device": "cpu",
@@ -142,6 +144,19 @@ def test_broadcast_sync_vllm_greedy_equals_hf_greedy(
     monkeypatch.setenv("RLHF_WEIGHT_SYNC", "broadcast")
     cluster, tokenizer = cluster_factory(job())
     assert check_sync_after_update(cluster, tokenizer, tmp_path) == "broadcast"
+
+
+@pytest.mark.slow
+def test_qlora_actor_sends_the_engines_its_dequantised_merged_weights(
+    cluster_factory: Any, tmp_path: Path
+) -> None:
+    # A 4-bit NF4 base under adapters on every linear layer and the output layer: the engines
+    # (which loaded the unquantised base) get the base dequantised plus the adapters' delta.
+    pytest.importorskip("bitsandbytes", reason="QLoRA needs bitsandbytes (the trainer extra)")
+    modules = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    lora = {"rank": 16, "alpha": 32, "targetModules": [*modules, "lm_head"]}
+    cluster, tokenizer = cluster_factory(job(lora={**lora, "quantization": "4bit"}))
+    assert check_sync_after_update(cluster, tokenizer, tmp_path) == "object-store"
 
 
 @pytest.mark.slow

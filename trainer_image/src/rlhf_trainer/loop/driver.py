@@ -408,6 +408,11 @@ class Trainer:
         c = self.cfg.checkpoint
         latest = self.hooks.checkpoints.resume_point(c.resume, c.resume_from)
         if latest is None:
+            lora = self.cfg.training.lora
+            if lora is not None and lora.quantization is not None:
+                # The engines loaded the unquantised base; the actor is its NF4 rounding:
+                # step 1 samples from the policy it trains, as every later step does.
+                self.cluster.sync_weights()
             return
         self.cluster.load_checkpoint(str(latest.path))
         self.state = load_state(latest.path)
