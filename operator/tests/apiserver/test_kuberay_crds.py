@@ -8,6 +8,8 @@ are rejected with 422 naming the field, unknown fields are rejected under fieldV
 from __future__ import annotations
 
 import copy
+import os
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +19,10 @@ from .server import REPO_ROOT
 
 pytestmark = pytest.mark.apiserver
 
-KUBERAY_CRDS = REPO_ROOT.parent / "shared" / "kuberay-crds"
+# The same place as every other KubeRay-schema test reads (`pure/kuberay.py`).
+KUBERAY_CRDS = Path(
+    os.environ.get("KUBERAY_CRDS_DIR", REPO_ROOT.parent / "shared" / "kuberay-crds")
+)
 RAYJOB: dict[str, Any] = {
     "apiVersion": "ray.io/v1",
     "kind": "RayJob",
