@@ -6,7 +6,9 @@ Keep this file additive: several test packages (models, data, rewards, distribut
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -62,3 +64,25 @@ def s3_store() -> Iterator[ObjectStoreConfig]:
         client(store).create_bucket(Bucket=S3_BUCKET)
         yield store
     server.stop()
+
+
+@pytest.fixture
+def rlhf_run(tmp_path: Path) -> Callable[[Path], tuple[Path, str]]:
+    """Runs `python -m rlhf_trainer run MANIFEST` as a user would (a pipeline's stages in order)
+    and asserts it succeeded; returns the run directory and the run's stderr."""
+
+    def run(manifest: Path) -> tuple[Path, str]:
+        run_dir = tmp_path / "runs"
+        command = [sys.executable, "-m", "rlhf_trainer", "run", str(manifest)]
+        result = subprocess.run(
+            [*command, "--run-dir", str(run_dir)],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=3000,
+            env={**os.environ, "RLHF_TRACEBACK": "1"},
+        )
+        assert result.returncode == 0, result.stderr[-4000:]
+        return run_dir, result.stderr
+
+    return run

@@ -11,9 +11,7 @@ first fifth of its 30 steps 0.101, of the last fifth 0.247 (2.4 min)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
 from statistics import mean
 
@@ -29,18 +27,11 @@ def _rewards(run_dir: Path) -> list[float]:
     return [r["metrics"]["reward"] for r in records if r.get("event") == "step"]
 
 
-def test_tiny_pipeline_runs_and_ppo_learns_from_the_earlier_stages(tmp_path: Path) -> None:
-    run_dir = tmp_path / "runs"
-    result = subprocess.run(
-        [sys.executable, "-m", "rlhf_trainer", "run", str(EXAMPLE), "--run-dir", str(run_dir)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=3000,
-        env={**os.environ, "RLHF_TRACEBACK": "1"},
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    assert "pipeline tiny-pipeline succeeded: 3 stages" in result.stderr
+def test_tiny_pipeline_runs_and_ppo_learns_from_the_earlier_stages(
+    rlhf_run: Callable[[Path], tuple[Path, str]],
+) -> None:
+    run_dir, stderr = rlhf_run(EXAMPLE)
+    assert "pipeline tiny-pipeline succeeded: 3 stages" in stderr
     sft, rm = run_dir / "sft" / "final", run_dir / "rm" / "final"
     assert json.loads((run_dir / "rm" / "inputs.json").read_text()) == [
         {"role": "actor", "fromStage": "sft", "model": str(sft)}

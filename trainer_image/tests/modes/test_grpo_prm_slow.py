@@ -14,9 +14,7 @@ a quarter of the prompts; right steps stayed 0.25 (printed, not asserted)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
 from statistics import mean
 
@@ -30,18 +28,11 @@ pytestmark = pytest.mark.slow
 EXAMPLE = Path(__file__).resolve().parents[3] / "manifests" / "examples" / "tiny-grpo-prm-cpu.yaml"
 
 
-def test_grpo_raises_the_score_of_a_trained_prm(tmp_path: Path) -> None:
-    run_dir = tmp_path / "runs"
-    result = subprocess.run(
-        [sys.executable, "-m", "rlhf_trainer", "run", str(EXAMPLE), "--run-dir", str(run_dir)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=3000,
-        env={**os.environ, "RLHF_TRACEBACK": "1"},
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    assert "pipeline tiny-grpo-prm succeeded: 3 stages" in result.stderr
+def test_grpo_raises_the_score_of_a_trained_prm(
+    rlhf_run: Callable[[Path], tuple[Path, str]],
+) -> None:
+    run_dir, stderr = rlhf_run(EXAMPLE)
+    assert "pipeline tiny-grpo-prm succeeded: 3 stages" in stderr
     sft, prm = run_dir / "sft" / "final", run_dir / "prm" / "final"
     assert json.loads((run_dir / "grpo" / "inputs.json").read_text()) == [
         {"role": "actor", "fromStage": "sft", "model": str(sft)},
