@@ -78,8 +78,9 @@ def attention_kernel(choice: AttnImplementation, *, on_gpu: bool, packed: bool =
     mask, leaves its flash kernel and computes the whole row's square. Measured on an H200
     (`bench/packing.py --size 1B --dtype bf16 --samples 64 --micro 16 --prompt 16:256
     --response 1:768 --device cuda`, 48 % padding): padded sdpa 0.931 s per update, packed sdpa
-    1.009 s (8 % slower), packed flex 0.563 s (40 % saved). Elsewhere PyTorch's sdpa: on CPUs
-    FlexAttention compiles for minutes.
+    1.009 s (8 % slower; one row per micro-batch, before rows were capped at the batch's width,
+    which is unmeasured on a GPU), packed flex 0.563 s (40 % saved). Elsewhere PyTorch's sdpa:
+    on CPUs FlexAttention compiles for minutes.
     """
     if choice is not AttnImplementation.AUTO:
         return choice.value
