@@ -203,8 +203,8 @@ def _example_job() -> Any:
 def _example_desired() -> list[Any]:
     """The children of the example job as the operator's pass applies them (create-only or
     not), by `reconcile.decide` itself."""
-    reconcile = pytest.importorskip("rlhf_operator.reconcile")
-    observed = pytest.importorskip("rlhf_operator.observed")
+    reconcile = pytest.importorskip("rlhf_operator.reconcile.decide")
+    observed = pytest.importorskip("rlhf_operator.reconcile.observed")
     settings = pytest.importorskip("rlhf_operator.settings")
     job = _example_job()
     body = job.model_dump(mode="json", by_alias=True, exclude_none=True)
@@ -292,5 +292,5 @@ def test_the_trainer_may_write_its_report_and_nothing_else() -> None:
 def test_operator_may_list_the_pods_of_a_starting_attempt(
     installs: dict[str, list[Manifest]], install: str
 ) -> None:
-    # rlhf_operator.observing lists them (by label) to say why they do not run.
+    # rlhf_operator.controllers.reader lists them (by label) to say why they do not run.
     assert ("", "pods", "list") in _granted(installs[install])

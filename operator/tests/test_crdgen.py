@@ -8,8 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from rlhf_operator.crd_validations import RULES
-from rlhf_operator.crdgen import (
+from rlhf_operator.crd.generate import (
     CRD_FILE,
     PIPELINE_CRD_FILE,
     build_crd,
@@ -17,6 +16,7 @@ from rlhf_operator.crdgen import (
     render_crd_yaml,
     render_pipeline_crd_yaml,
 )
+from rlhf_operator.crd.rules import RULES
 
 REPO = Path(__file__).resolve().parents[2]
 COMMITTED = REPO / "crds" / CRD_FILE

@@ -9,7 +9,7 @@ from pathlib import Path
 
 
 def _crd(args: argparse.Namespace) -> int:
-    from .crdgen import render_crd_yaml, render_pipeline_crd_yaml, write_crd
+    from .crd.generate import render_crd_yaml, render_pipeline_crd_yaml, write_crd
 
     if args.stdout:
         sys.stdout.write(render_crd_yaml() + "---\n" + render_pipeline_crd_yaml())
@@ -21,7 +21,7 @@ def _crd(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     # kopf and the API client are imported only here: `render` and `crd` stay light.
-    from .runner import main as run_main
+    from .handlers.start import main as run_main
     from .settings import OperatorSettings, SettingsError
 
     try:

@@ -21,13 +21,13 @@ from rlhf_trainer.config.pipeline import topological_order
 from rlhf_trainer.config.sources import job_references
 
 from .api.v1alpha1 import JobInput, RLHFJob
+from .builders.allocation import PlacementError
 from .builders.children import render_children
 from .builders.common import BuildError
 from .builders.volumes import job_output
-from .inputs import with_inputs
-from .pipelines import STAGE_LABEL, stage_job
-from .placement import PlacementError
-from .policy import policy_problems
+from .reconcile.inputs import with_inputs
+from .reconcile.pipelines import STAGE_LABEL, stage_job
+from .reconcile.platform_policy import policy_problems
 from .settings import OperatorSettings
 
 PLACEHOLDER_UID = "00000000-0000-0000-0000-000000000000"

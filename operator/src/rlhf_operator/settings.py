@@ -1,7 +1,7 @@
 """Operator configuration: read once from the environment (the Helm chart sets it), immutable.
 
 Pure data: the pure modules (builders, status) read it. How it maps onto kopf's own settings
-lives in `kopf_settings.py`, beside the other kopf-facing code.
+lives in `handlers/kopf_settings.py`, beside the other kopf-facing code.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ import yaml
 
 from emulator import Emulator
 from rlhf_operator.builders.common import report_name
-from rlhf_operator.runner import run_operator
+from rlhf_operator.handlers.start import run_operator
 from rlhf_operator.settings import OperatorSettings
 from rlhf_trainer.config.report import OUTCOME_KEY, PROGRESS_KEY
 

@@ -12,11 +12,11 @@ from typing import Any
 import yaml
 
 from rlhf_operator.api.v1alpha1 import ConditionType
+from rlhf_operator.builders.allocation import plan
 from rlhf_operator.builders.children import render_children
 from rlhf_operator.builders.common import CONFIG_KEY, config_map_name
-from rlhf_operator.observed import Observed
-from rlhf_operator.placement import plan
-from rlhf_operator.reconcile import decide
+from rlhf_operator.reconcile.decide import decide
+from rlhf_operator.reconcile.observed import Observed
 from rlhf_operator.render import reasons_comment, render_file
 from rlhf_operator.settings import OperatorSettings
 from rlhf_trainer.config import JobConfig

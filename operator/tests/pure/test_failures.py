@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from rlhf_operator.api.v1alpha1 import Phase
-from rlhf_operator.diagnosis import bounded, exit_code_in
-from rlhf_operator.events import EventReason, EventType
-from rlhf_operator.observed import Observed
-from rlhf_operator.reconcile import decide
+from rlhf_operator.reconcile.decide import decide
+from rlhf_operator.reconcile.diagnosis import bounded, exit_code_in
+from rlhf_operator.reconcile.events import EventReason, EventType
+from rlhf_operator.reconcile.observed import Observed
 from rlhf_operator.settings import OperatorSettings
 
 from .factories import conditions, job_body, ray_job

@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from rlhf_operator.builders.common import CONFIG_KEY
-from rlhf_operator.inputs import Producer
-from rlhf_operator.observed import Observed
-from rlhf_operator.reconcile import decide
+from rlhf_operator.reconcile.decide import decide
+from rlhf_operator.reconcile.inputs import Producer
+from rlhf_operator.reconcile.observed import Observed
 from rlhf_operator.settings import OperatorSettings
 
 from .factories import job_body
@@ -164,7 +164,7 @@ def test_from_stage_in_a_plain_job_is_refused() -> None:
 
 def test_every_model_role_is_watched_for_its_producer() -> None:
     """The raw scan (each pass, no validation) finds the same fromJob roles as the model."""
-    from rlhf_operator.observing import named_jobs
+    from rlhf_operator.reconcile.inputs import named_jobs
     from rlhf_trainer.config.sources import SINGLE_ROLES
 
     models = {role: {"fromJob": f"{role}-job"} for role in SINGLE_ROLES}

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from rlhf_operator.kube import _copy_paths, _without, desired_hash, is_subset, object_path
+from rlhf_operator.kube.apply import _copy_paths, _without, desired_hash, is_subset
+from rlhf_operator.kube.client import object_path
 
 
 @pytest.mark.parametrize(

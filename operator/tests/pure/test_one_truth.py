@@ -20,8 +20,8 @@ from pydantic import ValidationError
 from rlhf_operator.api.v1alpha1 import ConditionType
 from rlhf_operator.builders.children import Children, render_children
 from rlhf_operator.builders.common import CONFIG_KEY, config_map_name
-from rlhf_operator.observed import Observed
-from rlhf_operator.reconcile import decide
+from rlhf_operator.reconcile.decide import decide
+from rlhf_operator.reconcile.observed import Observed
 from rlhf_operator.settings import OperatorSettings
 from rlhf_trainer.config import JobConfig, JobSpec, load_document, plan_layout
 from rlhf_trainer.distributed.plan import REWARD, plan_placement, reward_role

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from rlhf_operator.builders.children import render_children
-from rlhf_operator.kube import _with_generated, owns, whose
-from rlhf_operator.observed import parse_report
+from rlhf_operator.kube.apply import _with_generated, owns, whose
+from rlhf_operator.reconcile.observed import parse_report
 from rlhf_operator.settings import OperatorSettings
 from rlhf_trainer.config.report import MAX_VALUE_BYTES, OUTCOME_KEY, PROGRESS_KEY
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from rlhf_operator.pipelines import StageJob, decide_pipeline
+from rlhf_operator.reconcile.pipelines import StageJob, decide_pipeline
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 UID = "pipeline-uid"

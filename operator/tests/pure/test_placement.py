@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from rlhf_operator.placement import PlacementError, plan
+from rlhf_operator.builders.allocation import PlacementError, plan
 
 from .factories import make_spec, spec_dict
 

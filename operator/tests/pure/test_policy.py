@@ -13,10 +13,10 @@ import pytest
 from rlhf_operator.api.v1alpha1 import ConditionReason, ConditionType, Phase
 from rlhf_operator.builders.children import render_children
 from rlhf_operator.builders.network import build_network_policy
-from rlhf_operator.events import EventReason
-from rlhf_operator.observed import Observed
-from rlhf_operator.policy import image_allowed, policy_problems
-from rlhf_operator.reconcile import decide
+from rlhf_operator.reconcile.decide import decide
+from rlhf_operator.reconcile.events import EventReason
+from rlhf_operator.reconcile.observed import Observed
+from rlhf_operator.reconcile.platform_policy import image_allowed, policy_problems
 from rlhf_operator.render import render_file
 from rlhf_operator.settings import OperatorSettings, PlatformPolicy, SettingsError
 

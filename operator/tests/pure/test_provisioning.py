@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from rlhf_operator.api.v1alpha1 import ConditionReason, Phase
-from rlhf_operator.diagnosis import pod_diagnosis
-from rlhf_operator.events import EventReason, EventType
-from rlhf_operator.observed import ApplyFailure, Observed, PodObservation
-from rlhf_operator.reconcile import Decision, decide
+from rlhf_operator.reconcile.decide import Decision, decide
+from rlhf_operator.reconcile.diagnosis import pod_diagnosis
+from rlhf_operator.reconcile.events import EventReason, EventType
+from rlhf_operator.reconcile.observed import ApplyFailure, Observed, PodObservation
 from rlhf_operator.settings import OperatorSettings
 
 from .factories import conditions, job_body, ray_job

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from rlhf_operator.cli import main
-from rlhf_operator.kopf_settings import configure_kopf
+from rlhf_operator.handlers.kopf_settings import configure_kopf
 from rlhf_operator.settings import OperatorSettings, SettingsError
 
 FIXTURES = Path(__file__).parent / "fixtures"

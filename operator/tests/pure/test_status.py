@@ -15,9 +15,9 @@ from rlhf_operator.api.v1alpha1 import (
     RLHFJobStatus,
     TrainerReport,
 )
-from rlhf_operator.events import EventReason
-from rlhf_operator.observed import Observed
-from rlhf_operator.reconcile import decide, status_patch
+from rlhf_operator.reconcile.decide import decide, status_patch
+from rlhf_operator.reconcile.events import EventReason
+from rlhf_operator.reconcile.observed import Observed
 from rlhf_operator.settings import OperatorSettings
 
 from .factories import conditions, job_body, ray_job

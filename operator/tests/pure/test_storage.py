@@ -13,8 +13,8 @@ import yaml
 from rlhf_operator.api.v1alpha1 import Phase
 from rlhf_operator.builders.children import render_children
 from rlhf_operator.builders.volumes import referenced_objects
-from rlhf_operator.observed import Observed
-from rlhf_operator.reconcile import decide
+from rlhf_operator.reconcile.decide import decide
+from rlhf_operator.reconcile.observed import Observed
 from rlhf_operator.settings import OperatorSettings
 
 from .factories import conditions, job_body, make_job, ray_job

@@ -11,11 +11,11 @@ import pytest
 from prometheus_client import generate_latest
 
 from rlhf_operator.api.v1alpha1 import Usage
-from rlhf_operator.metrics import Metrics
-from rlhf_operator.observed import Observed
-from rlhf_operator.reconcile import decide, status_patch
+from rlhf_operator.controllers.metrics import Metrics
+from rlhf_operator.reconcile.decide import decide, status_patch
+from rlhf_operator.reconcile.observed import Observed
+from rlhf_operator.reconcile.usage import account, allocated_now
 from rlhf_operator.settings import OperatorSettings
-from rlhf_operator.usage import account, allocated_now
 
 from .factories import job_body, ray_job
 

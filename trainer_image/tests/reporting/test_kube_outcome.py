@@ -11,7 +11,7 @@ import yaml
 from kube_api_standin import ApiServer, kube_api
 
 from rlhf_operator.api.v1alpha1 import TrainerOutcome, TrainerReport
-from rlhf_operator.observed import parse_report
+from rlhf_operator.reconcile.observed import parse_report
 from rlhf_trainer.cli import main
 from rlhf_trainer.config.outcome import FailureClass
 from rlhf_trainer.config.report import OUTCOME_KEY, PROGRESS_KEY

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..api.v1alpha1 import Allocation, RLHFJob
-from ..placement import plan
 from ..settings import OperatorSettings
+from .allocation import plan
 from .common import JSON
 from .configmap import build_config_map
 from .network import build_network_policy

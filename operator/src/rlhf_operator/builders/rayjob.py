@@ -17,11 +17,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from rlhf_trainer.config import Device
+from rlhf_trainer.config import Device, JobSpec
 from rlhf_trainer.config.checkpoint import AccessMode
 
 from ..api.v1alpha1 import Allocation, RLHFJob, WorkerGroupAllocation
-from ..policy import merged_node_selector
 from ..settings import OperatorSettings
 from .common import (
     ATTEMPT_LABEL,
@@ -48,6 +47,12 @@ HEAD_PORTS = [
     {"name": "dashboard", "containerPort": 8265},
     {"name": "client", "containerPort": 10001},
 ]
+
+
+def merged_node_selector(spec: JobSpec, settings: OperatorSettings) -> dict[str, str]:
+    """The job's node selector with the platform's fixed keys on top (a job that sets one to
+    another value is refused by `policy_problems` before anything is built)."""
+    return {**spec.placement.node_selector, **dict(settings.policy.node_selector)}
 
 
 def entrypoint(job: RLHFJob) -> str:

@@ -13,7 +13,7 @@ from ..api.v1alpha1 import RLHFJob
 from .common import JSON, metadata, report_name, service_account_name
 
 RBAC_API = "rbac.authorization.k8s.io"
-# The operator watches ConfigMaps with this component label only (kopf_settings.py).
+# The operator watches ConfigMaps with this component label only (handlers/kopf_settings.py).
 REPORT_COMPONENT = "report"
 
 

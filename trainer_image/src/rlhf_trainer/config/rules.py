@@ -2,7 +2,7 @@
 
 Each problem names the camelCase field to change and says what is allowed, e.g.
 `rollout.samplesPerPrompt: must be > 1 for algorithm grpo (got 1)`. The CRD carries the
-subset that CEL can express (see `rlhf_operator.crdgen`); these run everywhere else.
+subset that CEL can express (see `rlhf_operator.crd.generate`); these run everywhere else.
 """
 
 from __future__ import annotations

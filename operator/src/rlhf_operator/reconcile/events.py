@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from .api.v1alpha1 import (
+from ..api.v1alpha1 import (
     Condition,
     ConditionReason,
     ConditionStatus,

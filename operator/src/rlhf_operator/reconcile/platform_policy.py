@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from rlhf_trainer.config import EgressPolicy, JobSpec
 
-from .settings import ENV_PREFIX, OperatorSettings, PlatformPolicy
+from ..settings import ENV_PREFIX, OperatorSettings, PlatformPolicy
 
 
 def image_allowed(image: str, prefix: str) -> bool:
@@ -77,9 +77,3 @@ def policy_problems(spec: JobSpec, settings: OperatorSettings) -> list[str]:
             f"{ENV_PREFIX}API_SERVER_CIDRS (Helm value network.apiServerCidrs)"
         )
     return problems
-
-
-def merged_node_selector(spec: JobSpec, settings: OperatorSettings) -> dict[str, str]:
-    """The job's node selector with the platform's fixed keys on top (a job that sets one to
-    another value is refused by `policy_problems` before anything is built)."""
-    return {**spec.placement.node_selector, **dict(settings.policy.node_selector)}

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from rlhf_trainer.config import ExitCode, FailureClass
 
-from .api.v1alpha1 import ConditionReason, TrainerReport
+from ..api.v1alpha1 import ConditionReason, TrainerReport
 from .observed import PodObservation, PodTrouble, RayJobObservation
 
 REPORT_LIMIT = 1024

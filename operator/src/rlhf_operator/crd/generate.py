@@ -18,17 +18,17 @@ import yaml
 from rlhf_trainer.config import JobSpec
 from rlhf_trainer.config.pipeline import PIPELINE_KIND, PipelineSpec
 
-from .api.v1alpha1 import GROUP, KIND, LIST_KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION
-from .api.v1alpha1.pipeline import (
+from ..api.v1alpha1 import GROUP, KIND, LIST_KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION
+from ..api.v1alpha1.pipeline import (
     PIPELINE_LIST_KIND,
     PIPELINE_PLURAL,
     PIPELINE_SHORT_NAMES,
     PIPELINE_SINGULAR,
     RLHFPipelineStatus,
 )
-from .api.v1alpha1.status import RLHFJobStatus
-from .api.v1alpha1.types import CATEGORIES
-from .crd_validations import PIPELINE_RULES, RULES
+from ..api.v1alpha1.status import RLHFJobStatus
+from ..api.v1alpha1.types import CATEGORIES
+from .rules import PIPELINE_RULES, RULES
 
 Schema = dict[str, Any]
 

@@ -2,7 +2,7 @@
 
 validate (the spec, then the platform's policy) -> plan -> status (the run policy) -> the
 children that must exist, the RayJobs to delete, the events to post, when to look again.
-`controller.py` carries the decision out against the API server; nothing here does I/O, so
+`controllers/jobs.py` carries the decision out against the API server; nothing here does I/O, so
 every case is a table row in the tests.
 """
 
@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from rlhf_trainer.config import ConfigModel, JobSpec, cluster_problems, validation_messages
 from rlhf_trainer.config.loading import NAME_MAX_LENGTH, NAME_PATTERN
 
-from .api.v1alpha1 import (
+from ..api.v1alpha1 import (
     ConditionReason,
     ConditionType,
     Phase,
@@ -26,18 +26,18 @@ from .api.v1alpha1 import (
     RLHFJobStatus,
     TrainerReport,
 )
-from .builders.children import render_children
-from .builders.common import JSON, BuildError, report_name, trainer_image
-from .builders.secret import RAY_TOKEN_KEY
+from ..builders.allocation import PlacementError, plan
+from ..builders.children import render_children
+from ..builders.common import JSON, BuildError, report_name, trainer_image
+from ..builders.secret import RAY_TOKEN_KEY
+from ..settings import OperatorSettings
 from .conditions import Conditions, F, T
 from .desired import Desired
+from .evaluate import STOPPING_FAILURES, evaluate, invalid_status, is_finished, parse_time
 from .events import Event, transition_events
 from .inputs import Resolution, resolve, with_inputs
 from .observed import Observed
-from .placement import PlacementError, plan
-from .policy import policy_problems
-from .settings import OperatorSettings
-from .status import STOPPING_FAILURES, evaluate, invalid_status, is_finished, parse_time
+from .platform_policy import policy_problems
 
 # Paths inside a RayJob that another controller owns while the job waits in a Kueue queue.
 SUSPEND_PATH = ("spec", "suspend")

@@ -30,8 +30,8 @@ from rlhf_trainer.config.pipeline import (
     validate_pipeline_spec,
 )
 
-from .api.v1alpha1 import GROUP, KIND, VERSION, ConditionReason, ConditionType, Phase
-from .api.v1alpha1.pipeline import RLHFPipelineStatus, StageState, StageStatus
+from ..api.v1alpha1 import GROUP, KIND, VERSION, ConditionReason, ConditionType, Phase
+from ..api.v1alpha1.pipeline import RLHFPipelineStatus, StageState, StageStatus
 from .conditions import Conditions, F, T, format_time
 
 JSON = dict[str, Any]

@@ -14,11 +14,12 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .desired import Desired
-from .kube import ApiError, Applied, KubeApi, Outcome, apply, desired_hash
+from ..kube.apply import Applied, Outcome, apply, desired_hash
+from ..kube.client import ApiError, KubeApi
+from ..reconcile.desired import Desired
+from ..reconcile.observed import ApplyFailure
+from ..settings import OperatorSettings
 from .metrics import Metrics
-from .observed import ApplyFailure
-from .settings import OperatorSettings
 
 logger = logging.getLogger(__name__)
 

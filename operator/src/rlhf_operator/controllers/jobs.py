@@ -25,14 +25,15 @@ from typing import Any, cast
 
 import kopf
 
-from .applying import Applier
-from .events import Event, EventReason, EventType
-from .kube import ApiError, Applied, KubeApi, Outcome
+from ..kube.apply import Applied, Outcome
+from ..kube.client import ApiError, KubeApi
+from ..reconcile.decide import Decision, decide, status_patch
+from ..reconcile.events import Event, EventReason, EventType
+from ..settings import OperatorSettings
+from .applier import Applier
 from .metrics import Metrics
-from .observing import Key, Observer, job_key
-from .reconcile import Decision, decide, status_patch
-from .requeue import Requeue
-from .settings import OperatorSettings
+from .reader import Key, Reader, job_key
+from .timers import Requeue
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +64,7 @@ class Controller:
         # kopf index: (ns, name) -> [names of the jobs taking a model from it (fromJob)]
         self.consumers: Mapping[Any, Any] = {}
         self.applier = Applier(api, settings, metrics)
-        self.observer = Observer(api, settings)
+        self.reader = Reader(api, settings)
         self._locks: defaultdict[Key, asyncio.Lock] = defaultdict(asyncio.Lock)
         # Passes in a row that failed on a request other than applying a child.
         self._pass_failures: dict[Key, int] = {}
@@ -73,8 +74,8 @@ class Controller:
     def bind(
         self, jobs: Mapping[Any, Any], ray_jobs: Mapping[Any, Any], reports: Mapping[Any, Any]
     ) -> None:
-        self.jobs, self.observer.ray_jobs, self.observer.reports = jobs, ray_jobs, reports
-        self.observer.jobs = jobs
+        self.jobs, self.reader.ray_jobs, self.reader.reports = jobs, ray_jobs, reports
+        self.reader.jobs = jobs
 
     def job_bodies(self) -> Iterator[Mapping[str, Any]]:
         for store in list(self.jobs.values()):
@@ -138,7 +139,7 @@ class Controller:
         return decision
 
     async def _pass(self, key: Key, body: JSON) -> Decision:
-        observed = await self.observer.observe(key, body, self.applier.reported_failures(key))
+        observed = await self.reader.observe(key, body, self.applier.reported_failures(key))
         probably_new = not body.get("status") and not observed.ray_jobs
         outcomes: list[Applied] = []
         # A second round when applying found (or cleared) a conflict or a refusal: the
@@ -159,7 +160,7 @@ class Controller:
             )
             if (conflicts, failures) == (observed.conflicts, observed.apply_failures):
                 break
-            self.observer.set_conflicts(key, body, conflicts)
+            self.reader.set_conflicts(key, body, conflicts)
             observed = replace(observed, conflicts=conflicts, apply_failures=failures)
             outcomes = [a for a in outcomes if a.outcome is not Outcome.CONFLICT]
         self.applier.keep_only(key, decision.apply)
@@ -295,7 +296,7 @@ class Controller:
         self._timers.cancel(key)
         self._latest.pop(key, None)
         self._pass_failures.pop(key, None)
-        self.observer.forget(key)
+        self.reader.forget(key)
         self.applier.forget(key)
         lock = self._locks.get(key)
         if lock is not None and not lock.locked():

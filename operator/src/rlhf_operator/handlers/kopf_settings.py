@@ -10,9 +10,9 @@ import random
 
 import kopf
 
-from .builders.common import COMPONENT_LABEL, MANAGED_BY_LABEL
-from .builders.report import REPORT_COMPONENT
-from .settings import ANNOTATION_PREFIX, FINALIZER, OPERATOR_NAME, OperatorSettings
+from ..builders.common import COMPONENT_LABEL, MANAGED_BY_LABEL
+from ..builders.report import REPORT_COMPONENT
+from ..settings import ANNOTATION_PREFIX, FINALIZER, OPERATOR_NAME, OperatorSettings
 
 
 def configure_kopf(kopf_settings: kopf.OperatorSettings, settings: OperatorSettings) -> None:

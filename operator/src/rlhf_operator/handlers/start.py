@@ -8,20 +8,20 @@ import threading
 
 import kopf
 
-from . import kube
-from .controller import Controller
-from .handlers import JOBS_INDEX, register
-from .metrics import Metrics
-from .pipeline_controller import PipelineController
-from .pipeline_handlers import register_pipelines
-from .settings import OperatorSettings
+from ..controllers.jobs import Controller
+from ..controllers.metrics import Metrics
+from ..controllers.pipelines import PipelineController
+from ..kube.client import KubeApi, login
+from ..settings import OperatorSettings
+from .jobs import JOBS_INDEX, register
+from .pipelines import register_pipelines
 
 
 def build(settings: OperatorSettings) -> tuple[kopf.OperatorRegistry, Controller]:
     """A fresh registry wired to a fresh controller (several can live in one process)."""
     controller_ref: list[Controller] = []
     metrics = Metrics(jobs=lambda: controller_ref[0].job_bodies() if controller_ref else [])
-    api = kube.KubeApi(kube.login, on_request=metrics.on_request)
+    api = KubeApi(login, on_request=metrics.on_request)
     controller = Controller(settings, api, metrics)
     controller_ref.append(controller)
     registry = kopf.OperatorRegistry()

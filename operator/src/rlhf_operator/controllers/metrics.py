@@ -17,8 +17,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 from pydantic import ValidationError
 
-from .api.v1alpha1 import Phase, Usage
-from .usage import allocated_now
+from ..api.v1alpha1 import Phase, Usage
+from ..reconcile.usage import allocated_now
 
 RECONCILE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 

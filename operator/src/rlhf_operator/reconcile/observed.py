@@ -18,8 +18,8 @@ from pydantic import ValidationError
 
 from rlhf_trainer.config.report import MAX_VALUE_BYTES, OUTCOME_KEY, PROGRESS_KEY
 
-from .api.v1alpha1 import TrainerOutcome, TrainerReport
-from .builders.common import ATTEMPT_LABEL
+from ..api.v1alpha1 import TrainerOutcome, TrainerReport
+from ..builders.common import ATTEMPT_LABEL
 from .inputs import Producer
 
 

@@ -20,13 +20,13 @@ import kopf
 
 from rlhf_trainer.config.pipeline import stage_job_name
 
-from .events import EventReason, EventType
-from .kube import ApiError, KubeApi
-from .observing import Key, job_key
-from .pipelines import PipelineDecision, StageJob, decide_pipeline
-from .reconcile import status_patch
-from .requeue import Requeue
-from .settings import OperatorSettings
+from ..kube.client import ApiError, KubeApi
+from ..reconcile.decide import status_patch
+from ..reconcile.events import EventReason, EventType
+from ..reconcile.pipelines import PipelineDecision, StageJob, decide_pipeline
+from ..settings import OperatorSettings
+from .reader import Key, job_key
+from .timers import Requeue
 
 logger = logging.getLogger(__name__)
 

@@ -15,15 +15,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from rlhf_trainer.config.sources import SINGLE_ROLES
-
-from .api.v1alpha1 import JobInput, RLHFJob, TrainerReport
-from .builders.common import ATTEMPT_LABEL, JOB_LABEL, report_name
-from .builders.volumes import referenced_objects
-from .inputs import Producer, pinned_inputs, with_inputs
-from .kube import ApiError, KubeApi
-from .observed import ApplyFailure, Observed, PodObservation, parse_report
-from .settings import OperatorSettings
+from ..api.v1alpha1 import JobInput, RLHFJob, TrainerReport
+from ..builders.common import ATTEMPT_LABEL, JOB_LABEL, report_name
+from ..builders.volumes import referenced_objects
+from ..kube.client import ApiError, KubeApi
+from ..reconcile.inputs import Producer, named_jobs, pinned_inputs, with_inputs
+from ..reconcile.observed import ApplyFailure, Observed, PodObservation, parse_report
+from ..settings import OperatorSettings
 
 logger = logging.getLogger(__name__)
 
@@ -87,19 +85,6 @@ def pinned(body: Mapping[str, Any]) -> tuple[JobInput, ...]:
     return tuple(i for i in pinned_inputs(body) if named.get(i.role) == i.from_job)
 
 
-def named_jobs(body: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """(role, RLHFJob name) of every `fromJob` of the raw spec: read without validating it,
-    since every pass asks (the spec's own problems are `decide`'s business)."""
-    models = (body.get("spec") or {}).get("models") or {}
-    sources = [(role, models.get(role)) for role in SINGLE_ROLES]
-    sources += [(f"rewardModels[{i}]", m) for i, m in enumerate(models.get("rewardModels") or ())]
-    return [
-        (role, str(source["fromJob"]))
-        for role, source in sources
-        if isinstance(source, Mapping) and source.get("fromJob")
-    ]
-
-
 def controlled_by(obj: Mapping[str, Any], uid: Any) -> bool:
     """`obj`'s controller reference names the job with this UID (labels and names can be
     made by anyone who may create objects in the namespace; a UID cannot be chosen)."""
@@ -108,7 +93,7 @@ def controlled_by(obj: Mapping[str, Any], uid: Any) -> bool:
     return owner is not None and bool(uid) and owner.get("uid") == uid
 
 
-class Observer:
+class Reader:
     def __init__(self, api: KubeApi, settings: OperatorSettings) -> None:
         self.api, self.settings = api, settings
         self.ray_jobs: Mapping[Any, Any] = {}  # kopf index: (ns, job) -> [RayJob bodies]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from .api.v1alpha1 import TrainerReport, Usage
+from ..api.v1alpha1 import TrainerReport, Usage
 from .conditions import format_time, parse_time
 
 

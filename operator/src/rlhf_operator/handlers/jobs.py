@@ -5,7 +5,7 @@ any change to it, to one of its RayJobs or to its trainer's report), the same pa
 that job. Three kopf indexes are the watch caches: RLHFJobs by (namespace, name), RayJobs and
 report ConfigMaps by (namespace, rlhf.dev/job); kopf fills them before any handler runs, so a
 restarted operator sees every child it made before it decides anything. The API server
-filters the RayJob and ConfigMap watches by label (kopf_settings.py): the operator never
+filters the RayJob and ConfigMap watches by label (handlers/kopf_settings.py): the operator never
 receives the namespace's other ConfigMaps.
 """
 
@@ -17,14 +17,14 @@ from typing import Any
 
 import kopf
 
-from . import kube
-from .api.v1alpha1 import GROUP, PLURAL, VERSION
-from .builders.common import COMPONENT_LABEL, JOB_LABEL
-from .builders.report import REPORT_COMPONENT
-from .controller import Controller
+from ..api.v1alpha1 import GROUP, PLURAL, VERSION
+from ..builders.common import COMPONENT_LABEL, JOB_LABEL
+from ..builders.report import REPORT_COMPONENT
+from ..controllers.jobs import Controller
+from ..kube.client import login as connection_info
+from ..reconcile.inputs import named_jobs
+from ..settings import OperatorSettings
 from .kopf_settings import configure_kopf
-from .observing import named_jobs
-from .settings import OperatorSettings
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ def register(
 
     @kopf.on.login(registry=registry)
     def login(settings: kopf.OperatorSettings, **_: Any) -> kopf.ConnectionInfo:
-        return kube.login(settings)
+        return connection_info(settings)
 
     @kopf.index(GROUP, VERSION, PLURAL, id=JOBS_INDEX, registry=registry)
     def index_job(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:

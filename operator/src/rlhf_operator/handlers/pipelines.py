@@ -1,8 +1,8 @@
 """kopf handlers of RLHFPipelines: thin adapters to `PipelineController.reconcile`.
 
-Level-based, as the RLHFJobs' (handlers.py): the pipeline created, edited or resumed after a
+Level-based, as the RLHFJobs' (handlers/jobs.py): the pipeline created, edited or resumed after a
 restart, any event on it, and any event on one of its stage jobs (labelled rlhf.dev/pipeline)
-run the same pass. The RLHFJobs come from handlers.py's index of them.
+run the same pass. The RLHFJobs come from handlers/jobs.py's index of them.
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from typing import Any
 
 import kopf
 
-from .api.v1alpha1 import GROUP, PLURAL, VERSION
-from .api.v1alpha1.pipeline import PIPELINE_PLURAL
-from .pipeline_controller import PipelineController
-from .pipelines import PIPELINE_LABEL
-from .settings import OperatorSettings
+from ..api.v1alpha1 import GROUP, PLURAL, VERSION
+from ..api.v1alpha1.pipeline import PIPELINE_PLURAL
+from ..controllers.pipelines import PipelineController
+from ..reconcile.pipelines import PIPELINE_LABEL
+from ..settings import OperatorSettings
 
 PIPELINES_INDEX = "rlhfpipeline_index"
 

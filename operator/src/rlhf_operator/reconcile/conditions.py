@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from .api.v1alpha1 import (
+from ..api.v1alpha1 import (
     Condition,
     ConditionReason,
     ConditionStatus,

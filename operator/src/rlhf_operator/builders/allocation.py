@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from rlhf_trainer.config import JobConfig, LayoutError, plan_layout
 
-from .api.v1alpha1 import Allocation, WorkerGroupAllocation
+from ..api.v1alpha1 import Allocation, WorkerGroupAllocation
 
 
 class PlacementError(ValueError):

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlhf_trainer.config import JobSpec
-from rlhf_trainer.config.sources import job_references, with_pretrained
+from rlhf_trainer.config.sources import SINGLE_ROLES, job_references, with_pretrained
 
-from .api.v1alpha1 import JobInput, Phase, RLHFJob
+from ..api.v1alpha1 import JobInput, Phase, RLHFJob
 
 
 @dataclass(frozen=True)
@@ -121,3 +121,16 @@ def pinned_inputs(body: Mapping[str, Any]) -> list[JobInput]:
         except ValueError:
             continue
     return out
+
+
+def named_jobs(body: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(role, RLHFJob name) of every `fromJob` of the raw spec: read without validating it,
+    since every pass asks (the spec's own problems are `decide`'s business)."""
+    models = (body.get("spec") or {}).get("models") or {}
+    sources = [(role, models.get(role)) for role in SINGLE_ROLES]
+    sources += [(f"rewardModels[{i}]", m) for i, m in enumerate(models.get("rewardModels") or ())]
+    return [
+        (role, str(source["fromJob"]))
+        for role, source in sources
+        if isinstance(source, Mapping) and source.get("fromJob")
+    ]

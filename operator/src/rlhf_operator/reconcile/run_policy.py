@@ -1,5 +1,5 @@
 """The run policy of one unfinished RLHFJob as a small state machine over its current
-attempt's RayJob (pure; see `status.py` for the table of outcomes)."""
+attempt's RayJob (pure; see `evaluate.py` for the table of outcomes)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 
 from rlhf_trainer.config import FailureClass
 
-from .api.v1alpha1 import (
+from ..api.v1alpha1 import (
     ConditionReason,
     ConditionType,
     Phase,
@@ -16,7 +16,7 @@ from .api.v1alpha1 import (
     RLHFJobStatus,
     TrainerReport,
 )
-from .builders.common import ray_job_name
+from ..builders.common import ray_job_name
 from .conditions import Conditions, F, R, T, format_time, parse_time
 from .diagnosis import (
     Verdict,

@@ -32,7 +32,7 @@ from datetime import datetime
 
 from rlhf_trainer.config import Device
 
-from .api.v1alpha1 import (
+from ..api.v1alpha1 import (
     ConditionReason,
     ConditionType,
     Phase,
@@ -40,8 +40,9 @@ from .api.v1alpha1 import (
     RLHFJobStatus,
     TrainerReport,
 )
-from .builders.common import ray_job_name
-from .builders.volumes import job_output
+from ..builders.allocation import plan
+from ..builders.common import ray_job_name
+from ..builders.volumes import job_output
 from .conditions import (
     STOPPING_FAILURES,
     TERMINAL_FAILURES,
@@ -55,8 +56,7 @@ from .conditions import (
 )
 from .diagnosis import bounded
 from .observed import Observed
-from .placement import plan
-from .runpolicy import Machine, ray_job_ref
+from .run_policy import Machine, ray_job_ref
 
 __all__ = [
     "STOPPING_FAILURES",

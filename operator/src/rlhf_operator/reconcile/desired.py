@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .builders.common import JSON
+from ..builders.common import JSON
 
 
 @dataclass(frozen=True)
