@@ -71,7 +71,20 @@ def prepare_for_kbit(model: Any, *, gradient_checkpointing: bool) -> Any:
     )
     if gradient_checkpointing:
         prepared.config.use_cache = False
+    keep_cpu_weights_unpacked(prepared)
     return prepared
+
+
+def keep_cpu_weights_unpacked(model: Any) -> None:
+    """Turn off bitsandbytes' CPU inference path on CPUs with AVX-512 bf16: at the first eval
+    forward under no_grad (the actor's log-probs) it repacks each 4-bit weight in place into a
+    layout for its fused kernel, which computes in bf16 whatever the job's compute dtype is, and
+    `dequantize_4bit` on a repacked weight returns wrong values (measured: the export then
+    differed from the dequantised base by 0.14 on the tiny model), so weight sync and `final/`
+    would carry wrong weights. Unpacked, every CPU dequantises and computes in the job's dtype."""
+    for module in model.modules():
+        if hasattr(module, "support_avx512bf16_for_cpu"):
+            module.support_avx512bf16_for_cpu = False
 
 
 def is_4bit(param: Tensor) -> bool:
