@@ -44,7 +44,7 @@ from common import SIZES
 
 from rlhf_trainer.config import RandomInit
 from rlhf_trainer.distributed.forward import action_log_probs, trim_padding
-from rlhf_trainer.loop.objectives import PolicyLossSettings, policy_objective
+from rlhf_trainer.objectives.online import PolicyLossSettings, policy_objective
 from rlhf_trainer.models.loading import LoadOptions, load_causal_lm
 from rlhf_trainer.models.tiny import build_tiny_model
 

@@ -15,7 +15,7 @@ from rlhf_trainer.algos.masking import masked_mean
 from rlhf_trainer.config import AlgorithmConfig, AlgorithmName, AttnImplementation, JobConfig
 from rlhf_trainer.data.offline import KTOItem, PreferenceItem, SFTItem
 from rlhf_trainer.distributed.forward import action_log_probs, action_values
-from rlhf_trainer.loop.objectives import PolicyLossSettings, critic_objective, policy_objective
+from rlhf_trainer.objectives.online import PolicyLossSettings, critic_objective, policy_objective
 from rlhf_trainer.models.loading import LoadOptions, load_causal_lm, load_value_model
 from rlhf_trainer.models.packing import (
     PackingError,
@@ -25,9 +25,9 @@ from rlhf_trainer.models.packing import (
     row_limit,
     unpack,
 )
-from rlhf_trainer.offline.collate import collate
-from rlhf_trainer.offline.kinds import offline_spec
-from rlhf_trainer.offline.objectives import (
+from rlhf_trainer.objectives.collate import collate
+from rlhf_trainer.objectives.kinds import offline_spec
+from rlhf_trainer.objectives.offline import (
     kl_reference_point,
     kto_objective,
     preference_objective,

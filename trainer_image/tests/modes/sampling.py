@@ -44,9 +44,9 @@ def held_out_step_accuracy(model_dir: Path, cfg: JobConfig, base: Path) -> float
     from rlhf_trainer.data.offline import load_prm
     from rlhf_trainer.data.steps import step_ids
     from rlhf_trainer.models.loading import load_causal_lm, load_tokenizer
-    from rlhf_trainer.offline.collate import collate
-    from rlhf_trainer.offline.kinds import offline_spec
-    from rlhf_trainer.offline.objectives import prm_objective
+    from rlhf_trainer.objectives.collate import collate
+    from rlhf_trainer.objectives.kinds import offline_spec
+    from rlhf_trainer.objectives.offline import prm_objective
 
     tok = load_tokenizer(model_dir)
     items = list(load_prm(cfg.data, tok, base, 0, cfg.algorithm.prm, split="test"))

@@ -66,9 +66,9 @@ def held_out_forward_kl(student: Path, teacher: Path, cfg: JobConfig, base: Path
     from rlhf_trainer.algos.masking import masked_mean
     from rlhf_trainer.data.offline import load_sft
     from rlhf_trainer.models.loading import load_causal_lm, load_tokenizer
-    from rlhf_trainer.offline.collate import collate
-    from rlhf_trainer.offline.kinds import offline_spec
-    from rlhf_trainer.offline.objectives import flat, teacher_token_logps
+    from rlhf_trainer.objectives.collate import collate
+    from rlhf_trainer.objectives.kinds import offline_spec
+    from rlhf_trainer.objectives.offline import flat, teacher_token_logps
 
     tok = load_tokenizer(student)
     items = list(load_sft(held_out(cfg).data, tok, base, cfg.training.seed))

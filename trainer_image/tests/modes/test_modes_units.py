@@ -20,7 +20,7 @@ from rlhf_trainer.config import (
 )
 from rlhf_trainer.data.builtin import builtin_rows, repeat_letter_score
 from rlhf_trainer.data.conditional import condition_prompt, format_score
-from rlhf_trainer.offline.collate import trim_right
+from rlhf_trainer.objectives.collate import trim_right
 
 
 def messages(doc: dict[str, Any]) -> list[str]:

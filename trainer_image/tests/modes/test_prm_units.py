@@ -17,8 +17,8 @@ from rlhf_trainer.config.steps import StepTokens
 from rlhf_trainer.data.offline import PRMItem, load_prm
 from rlhf_trainer.data.steps import StepIds, StepTokenError, encode_steps, split_steps, step_ids
 from rlhf_trainer.models.tokenizer import train_tokenizer
-from rlhf_trainer.offline.collate import collate
-from rlhf_trainer.offline.kinds import offline_spec
+from rlhf_trainer.objectives.collate import collate
+from rlhf_trainer.objectives.kinds import offline_spec
 from rlhf_trainer.rewards.process import process_batch, process_rewards
 
 

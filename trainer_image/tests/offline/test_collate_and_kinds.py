@@ -9,8 +9,8 @@ import torch
 
 from rlhf_trainer.config import AlgorithmName
 from rlhf_trainer.data.offline import KTOItem, PreferenceItem, SFTItem
-from rlhf_trainer.offline.collate import collate, response_tokens, trim_right
-from rlhf_trainer.offline.kinds import OfflineConfigError, OfflineSpec, TrainerKind, offline_spec
+from rlhf_trainer.objectives.collate import collate, response_tokens, trim_right
+from rlhf_trainer.objectives.kinds import OfflineConfigError, OfflineSpec, TrainerKind, offline_spec
 
 from .jobs import offline_job
 

@@ -12,9 +12,9 @@ import torch.nn.functional as F
 from rlhf_trainer.data.offline import KTOItem, PreferenceItem, SFTItem
 from rlhf_trainer.models.loading import load_causal_lm, load_value_model
 from rlhf_trainer.models.value import ValueModel, score_with_model
-from rlhf_trainer.offline.collate import collate
-from rlhf_trainer.offline.kinds import OfflineSpec, offline_spec
-from rlhf_trainer.offline.objectives import (
+from rlhf_trainer.objectives.collate import collate
+from rlhf_trainer.objectives.kinds import OfflineSpec, offline_spec
+from rlhf_trainer.objectives.offline import (
     kl_reference_point,
     kto_objective,
     preference_objective,

@@ -142,9 +142,9 @@ def test_reward_model_ranks_held_out_pairs_and_exports_a_loadable_value_model(
 
     from rlhf_trainer.data.offline import load_preferences
     from rlhf_trainer.models.loading import load_tokenizer, load_value_model
-    from rlhf_trainer.offline.collate import collate
-    from rlhf_trainer.offline.kinds import offline_spec
-    from rlhf_trainer.offline.objectives import sequence_scores
+    from rlhf_trainer.objectives.collate import collate
+    from rlhf_trainer.objectives.kinds import offline_spec
+    from rlhf_trainer.objectives.offline import sequence_scores
 
     job = offline_job("reward-model", tiny_model_dir, "preferences.jsonl", steps=12, lr=1e-3)
     run_dir = tmp_path / "rm"

@@ -110,9 +110,9 @@ def data_loss(model_dir: Path, job: JobConfig, base: Path) -> float:
 
     from rlhf_trainer.data.offline import load_sft
     from rlhf_trainer.models.loading import load_causal_lm, load_tokenizer
-    from rlhf_trainer.offline.collate import collate
-    from rlhf_trainer.offline.kinds import offline_spec
-    from rlhf_trainer.offline.objectives import sft_objective
+    from rlhf_trainer.objectives.collate import collate
+    from rlhf_trainer.objectives.kinds import offline_spec
+    from rlhf_trainer.objectives.offline import sft_objective
 
     tok = load_tokenizer(model_dir)
     items = list(load_sft(job.data, tok, base, seed=0))

@@ -5,7 +5,8 @@ This package is the only place that imports `ray`, `deepspeed` and `vllm`. The d
 return plain tensors and dicts. Import the submodules directly: this file imports nothing.
 
 - `plan`: which role runs where (pure: job config -> placement plan).
-- `cluster`: Ray start-up, placement groups, role groups, and the facade the loop uses.
+- `cluster`: Ray start-up, placement groups, role groups, and the facade the online loop uses;
+  `offline` and `iterative`: the offline and the iterative trainers' facades beside it.
 - `groups`: a group of Ray actors of one role, data-parallel over its ranks.
 - `strategy`: DeepSpeed configs (pure) and engine construction.
 - `workers`: the Ray actors of the trainable roles (actor, critic) and the frozen ones.

@@ -21,7 +21,7 @@ from rlhf_trainer.checkpoint import TrainerState
 from rlhf_trainer.config import AlgorithmName
 from rlhf_trainer.loop.batch import Sample, to_batch
 from rlhf_trainer.loop.driver import Trainer, check_finite
-from rlhf_trainer.offline.collate import pad_sequences
+from rlhf_trainer.objectives.collate import pad_sequences
 from rlhf_trainer.reporting.timing import StageTimer
 
 from .selection import at_least, best_of_n, preference_pairs, round_batches

@@ -14,6 +14,5 @@ Import the submodules directly; this file imports nothing (no torch, no Ray):
 - `evaluation`: greedy and sampled responses to `data.eval`, pass@k (the estimator is pure).
 - `batch`: samples -> padded tensors in the layout every role shares (pure).
 - `estimators`: scores -> token rewards, KL, advantages and returns per algorithm (pure).
-- `objectives`: the actor and critic losses the ranks minimise (pure, built on `algos`).
 - `state`: what a checkpoint keeps of the driver (data position, KL controller, normaliser).
 """

@@ -36,7 +36,7 @@ from rlhf_trainer.config import JobConfig, ResumePolicy
 from rlhf_trainer.reporting.timing import StageTimer
 from rlhf_trainer.runner.preemption import Preempted, StopCheck, never
 
-from .collate import response_tokens
+from rlhf_trainer.objectives.collate import response_tokens
 
 Collate = Callable[[Sequence[Any]], dict[str, Tensor]]
 
@@ -46,7 +46,7 @@ class Pending(Protocol):
 
 
 class OfflineCluster(Protocol):
-    """What the loop needs of `distributed.workers.offline.OfflineCluster`."""
+    """What the loop needs of `distributed.offline.OfflineCluster`."""
 
     def frozen_outputs(self, batch: dict[str, Tensor]) -> Pending | None: ...
     def train(self, batch: dict[str, Tensor], step: int) -> Pending: ...

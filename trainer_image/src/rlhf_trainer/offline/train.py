@@ -16,7 +16,7 @@ from rlhf_trainer.config import AlgorithmName, JobConfig
 from rlhf_trainer.runner.job import RunContext, RunResult, fit, total_steps
 from rlhf_trainer.runner.preemption import Preempted
 
-from .kinds import OfflineSpec, TrainerKind, offline_spec
+from rlhf_trainer.objectives.kinds import OfflineSpec, TrainerKind, offline_spec
 
 
 def load_dataset(spec: OfflineSpec, cfg: JobConfig, tokenizer: Any, base_dir: Path) -> Any:
@@ -46,7 +46,7 @@ def train_offline(ctx: RunContext) -> RunResult:
     import torch
 
     from rlhf_trainer.distributed.cluster import shutdown_ray
-    from rlhf_trainer.distributed.workers.offline import FrozenDirs, OfflineCluster
+    from rlhf_trainer.distributed.offline import FrozenDirs, OfflineCluster
     from rlhf_trainer.models.loading import (
         LoadOptions,
         load_tokenizer,
@@ -54,7 +54,7 @@ def train_offline(ctx: RunContext) -> RunResult:
         resolve_model_dir,
     )
 
-    from .collate import collate
+    from rlhf_trainer.objectives.collate import collate
     from .driver import OfflineTrainer
 
     cfg, base = ctx.cfg, ctx.base_dir

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from rlhf_trainer.loop.objectives import PolicyLossSettings, policy_objective
+from rlhf_trainer.objectives.online import PolicyLossSettings, policy_objective
 
 from ..forward import action_log_probs, chunked
 from ..strategy import OptimSpec, init_train_engine

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from rlhf_trainer.loop.objectives import critic_objective
+from rlhf_trainer.objectives.online import critic_objective
 
 from ..forward import action_values, chunked
 from ..strategy import OptimSpec, init_train_engine

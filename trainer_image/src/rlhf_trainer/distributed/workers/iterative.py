@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from rlhf_trainer.offline.kinds import offline_spec
+from rlhf_trainer.objectives.kinds import offline_spec
 
 from .actor import ActorWorker
 from .base import WorkerSettings

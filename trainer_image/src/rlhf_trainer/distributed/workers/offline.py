@@ -1,40 +1,25 @@
-"""The offline trainers' ranks and the cluster facade the offline driver uses.
+"""The offline trainers' trained rank; the cluster over it is `distributed.offline`, the
+frozen ranks beside it (reference, teacher) are in `offline_frozen`.
 
-- `OfflineTrainRank`: the trained model (a causal LM, or a value model for reward-model
-  training) in a DeepSpeed engine, data-parallel over `placement.actorGpus` ranks. One
-  `train_step` call is one optimiser step: the rank's shard of the step batch in micro-batches
-  of `microTrainBatchSize`, gradients accumulated by DeepSpeed until `trainBatchSize` samples
-  over all ranks, then clipped and applied.
-- `OfflineReferenceRank`: the frozen reference policy of DPO/IPO/cDPO/KTO (ZeRO-3 sharded when
-  `zeroStage` is 3), giving the sequence log-probs of a batch with the same function the
-  trained rank uses.
-- `OfflineCluster`: Ray start-up, placement (the online trainer's plan: actor group, reference
-  group or actor+reference colocated), the two role groups, and plain-tensor calls on them.
-
-Why a frozen reference rank and not a first pass that precomputes every reference log-prob:
-the reference is placed where the job's placement (and the operator's GPU allocation) says,
-`referenceGpus` / `colocateActorReference` mean what they mean for PPO, a reference that is
-not the actor's starting point works the same way, nothing large is kept on disk or in
-memory between passes, and the driver asks for step k+1's log-probs while step k trains, so
-on separate devices they cost no step time.
+`OfflineTrainRank`: the trained model (a causal LM, or a value model for reward-model
+training) in a DeepSpeed engine, data-parallel over `placement.actorGpus` ranks. One
+`train_step` call is one optimiser step: the rank's shard of the step batch in micro-batches of
+`microTrainBatchSize`, gradients accumulated by DeepSpeed until `trainBatchSize` samples over
+all ranks, then clipped and applied.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
 from collections import defaultdict
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from rlhf_trainer.config import Device, JobConfig
-from rlhf_trainer.offline.collate import trim_right
-from rlhf_trainer.offline.kinds import TrainerKind, offline_spec
-from rlhf_trainer.offline.objectives import (
+from rlhf_trainer.objectives.collate import trim_right
+from rlhf_trainer.objectives.kinds import TrainerKind, offline_spec
+from rlhf_trainer.objectives.offline import (
     Stats,
     distillation_objective,
     kl_reference_point,
@@ -47,20 +32,18 @@ from rlhf_trainer.offline.objectives import (
     sft_objective,
 )
 
-from ..cluster import CPUS_PER_RANK, place_groups, start_ray
-from ..groups import Pending, RoleGroup, split_rows
-from ..plan import ACTOR, REFERENCE, TEACHER, plan_placement
 from ..strategy import OptimSpec, init_train_engine
 from ..weights import state_dict_for_export, unwrap
 from .base import RankBase, WorkerSettings, count_params
-from .offline_frozen import OfflineReferenceRank, OfflineTeacherRank, frozen_over
-from .trained import TrainedRank, mean_over_ranks
+from .trained import TrainedRank
 
 VALUE_MODEL_PREFIX = "hf."
 
 
-class OfflineLossError(FloatingPointError):
-    pass
+DIVERGED = (
+    "training diverged; lower training.actorLearningRate or training.maxGradNorm, "
+    "or check the data for empty responses"
+)
 
 
 class OfflineTrainRank(TrainedRank):
@@ -119,7 +102,7 @@ class OfflineTrainRank(TrainedRank):
                 trim_right({k: v[start : start + micro] for k, v in shard.items()})
             )
             loss, stats = self.objective(part)
-            self._require_finite(loss, step)
+            self._check_finite(loss, f"the {self.spec.algorithm.value}", step, DIVERGED)
             self.engine.backward(loss)
             if start + micro >= rows and self.settings.job.training.zero_stage == 0:
                 dense_norm = self._dense_grad_norm()
@@ -186,22 +169,6 @@ class OfflineTrainRank(TrainedRank):
         dist.all_reduce(total, op=dist.ReduceOp.SUM)
         return (total / self.world_size).reshape(()).to(value.device)
 
-    def _require_finite(self, loss: Tensor, step: int) -> None:
-        # Every rank learns of a bad loss before any rank runs backward, so none is left
-        # waiting in a gradient all-reduce.
-        bad = torch.tensor([0.0 if bool(torch.isfinite(loss)) else 1.0])
-        if self.world_size > 1:
-            import torch.distributed as dist
-
-            dist.all_reduce(bad, op=dist.ReduceOp.MAX)
-        if bad.item() > 0:
-            self.engine.zero_grad()
-            raise OfflineLossError(
-                f"the {self.spec.algorithm.value} loss is not finite (NaN or inf) at step {step}: "
-                "training diverged; lower training.actorLearningRate or "
-                "training.maxGradNorm, or check the data for empty responses"
-            )
-
     # --- export ---------------------------------------------------------------------------
     def export_hf(self, directory: str, tokenizer_dir: str) -> None:
         """HF format (`from_pretrained` loads it): a causal LM with LoRA merged, or the value
@@ -220,124 +187,3 @@ class OfflineTrainRank(TrainedRank):
         from rlhf_trainer.models.loading import load_tokenizer
 
         load_tokenizer(tokenizer_dir, self.load_options()).save_pretrained(directory)
-
-
-def offline_threads(ranks: int) -> int:
-    """Torch threads per rank on a CPU machine: the cores shared by all ranks placed on it
-    (they run at the same time: reference passes overlap training). `RLHF_THREADS_PER_RANK`
-    overrides."""
-    override = os.environ.get("RLHF_THREADS_PER_RANK")
-    if override:
-        return max(1, int(override))
-    return max(1, (os.cpu_count() or 1) // max(1, ranks))
-
-
-@dataclass(frozen=True)
-class FrozenDirs:
-    """The frozen models' directories: DPO/IPO/cDPO/KTO's reference, distillation's teacher."""
-
-    reference: str | None = None
-    teacher: str | None = None
-
-
-class OfflineCluster:
-    """The trained ranks (role `actor`) and the frozen ones: for DPO/IPO/cDPO/KTO the
-    reference ranks, for distillation the teacher ranks."""
-
-    def __init__(
-        self,
-        job: JobConfig,
-        model_dir: str,
-        frozen: FrozenDirs,
-        *,
-        total_optimizer_steps: int,
-    ) -> None:
-        self.job = job
-        self.plan = plan_placement(job)
-        device = job.placement.device
-        self.on_gpu = device is Device.GPU
-        start_ray(self.plan, device)
-        cpus = CPUS_PER_RANK[device]
-        ranks = sum(s.ranks for g in self.plan.groups for s in g.shares)
-        threads = 0 if self.on_gpu else offline_threads(ranks)
-        env = {"TOKENIZERS_PARALLELISM": "false"}
-        if threads:
-            env["OMP_NUM_THREADS"] = str(threads)
-        self.placed = place_groups(self.plan, cpus)
-        self.groups: list[RoleGroup] = []
-
-        def group(role: str, cls: type, directory: str) -> RoleGroup:
-            placed, share = self.plan.locate(role)
-            settings = WorkerSettings(job, directory, self.on_gpu, threads, total_optimizer_steps)
-            made = RoleGroup(
-                role,
-                cls,
-                self.placed[placed.name].slots(share),
-                resource=self.plan.resource,
-                fraction=share.fraction,
-                cpus=cpus,
-                env=env,
-                args=(settings,),
-            )
-            self.groups.append(made)
-            return made
-
-        self.trainer = group(ACTOR, OfflineTrainRank, model_dir)
-        # The one frozen group of this trainer (the layout places at most one), the method
-        # giving its outputs, and the batch key they go to.
-        self.frozen: tuple[RoleGroup, str, str] | None = None
-        for role, cls, directory, method, key in (
-            (REFERENCE, OfflineReferenceRank, frozen.reference, "sequence_logps", "ref_logps"),
-            (TEACHER, OfflineTeacherRank, frozen.teacher, "token_logps", "teacher_logps"),
-        ):
-            if directory is None:
-                continue
-            if role not in self.plan.roles():
-                raise ValueError(
-                    f"algorithm {job.algorithm.name.value} has no {role} role in its placement"
-                )
-            self.frozen = (group(role, cls, directory), method, key)
-        builds = [g.call("build") for g in self.groups]
-        self.num_params = {g.role: p.result()[0] for g, p in zip(self.groups, builds, strict=True)}
-
-    def frozen_outputs(self, batch: dict[str, Tensor]) -> Pending | None:
-        """What the frozen ranks add to a step batch (data-parallel over them), as
-        `{key: tensor}`: the reference's `[B, K]` log-probs (`ref_logps`) or the teacher's
-        `[B, K, L, V]` distributions (`teacher_logps`); None without a frozen model."""
-        if self.frozen is None:
-            return None
-        frozen, method, key = self.frozen
-        pending = frozen_over(frozen, method, batch, self.job.training.micro_train_batch_size)
-        return Pending(pending.refs, lambda parts: {key: pending.combine(parts)})
-
-    def train(self, batch: dict[str, Tensor], step: int) -> Pending:
-        """One optimiser step on the batch (split evenly over the trained ranks); result: the
-        statistics averaged over ranks."""
-        shards = split_rows(batch, self.trainer.size)
-        return Pending(
-            [
-                w.train_step.remote(s, step)
-                for w, s in zip(self.trainer.workers, shards, strict=True)
-            ],
-            mean_over_ranks,
-        )
-
-    def save_checkpoint(self, directory: str) -> None:
-        self.trainer.call("save_checkpoint", directory).result()
-
-    def load_checkpoint(self, directory: str) -> None:
-        self.trainer.call("load_checkpoint", directory).result()
-
-    def export_hf(self, directory: str, tokenizer_dir: str) -> None:
-        self.trainer.call("export_hf", directory, tokenizer_dir).result()
-
-    def weights_finite(self) -> bool:
-        return all(self.trainer.call("params_finite").result())
-
-    def shutdown(self) -> None:
-        # Best effort: a process may be gone already.
-        for g in self.groups:
-            with contextlib.suppress(Exception):
-                g.kill()
-        for placed in self.placed.values():
-            placed.remove()

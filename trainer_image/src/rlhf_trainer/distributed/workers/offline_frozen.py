@@ -13,9 +13,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from rlhf_trainer.offline.collate import trim_right
-from rlhf_trainer.offline.kinds import offline_spec
-from rlhf_trainer.offline.objectives import sequence_logps_of, teacher_token_logps
+from rlhf_trainer.objectives.collate import trim_right
+from rlhf_trainer.objectives.kinds import offline_spec
+from rlhf_trainer.objectives.offline import sequence_logps_of, teacher_token_logps
 
 from ..groups import Pending, RoleGroup, split_rows
 from ..strategy import init_eval_engine

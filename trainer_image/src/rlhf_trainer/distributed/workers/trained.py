@@ -40,7 +40,16 @@ class TrainedRank(RankBase):
         seed = self.settings.job.training.seed
         return torch.Generator().manual_seed(seed * 1_000_003 + step * 1_009 + self.rank)
 
-    def _check_finite(self, loss: Tensor, what: str, step: int) -> None:
+    def _check_finite(
+        self,
+        loss: Tensor,
+        what: str,
+        step: int,
+        hint: str = "training diverged or the experience holds non-finite values; lower the "
+        "learning rate, check the rewards, or enable gradient clipping (training.maxGradNorm)",
+    ) -> None:
+        """Every rank learns of a non-finite loss before any rank runs backward, so none is
+        left waiting in a gradient all-reduce; `hint` says what to do about it."""
         bad = torch.tensor([0.0 if bool(torch.isfinite(loss)) else 1.0])
         if self.world_size > 1:
             import torch.distributed as dist
@@ -49,9 +58,7 @@ class TrainedRank(RankBase):
         if bad.item() > 0:
             self.engine.zero_grad()
             raise NonFiniteLossError(
-                f"{what} loss is not finite (NaN or inf) at step {step}: training diverged or "
-                "the experience holds non-finite values; lower the learning rate, check the "
-                "rewards, or enable gradient clipping (training.maxGradNorm)"
+                f"{what} loss is not finite (NaN or inf) at step {step}: {hint}"
             )
 
     def _epochs(

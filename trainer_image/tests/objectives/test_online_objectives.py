@@ -8,7 +8,7 @@ import torch
 from rlhf_trainer.algos.kl import kl_estimate
 from rlhf_trainer.algos.losses import aggregate_loss, ppo_policy_loss
 from rlhf_trainer.config import JobConfig
-from rlhf_trainer.loop.objectives import PolicyLossSettings, critic_objective, policy_objective
+from rlhf_trainer.objectives.online import PolicyLossSettings, critic_objective, policy_objective
 
 LOGP = torch.tensor([[-1.0, -2.0, -0.5], [-0.3, -1.2, 0.0]])
 OLD = LOGP - 0.1
