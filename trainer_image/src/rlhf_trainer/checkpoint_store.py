@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from rlhf_trainer.config.outcome import InvalidSpecError
 from rlhf_trainer.config import RESUME_LATEST, ResumePolicy
 
 from .checkpoint_manifest import (
@@ -57,7 +58,7 @@ class CheckpointRef(NamedTuple):
     path: Path
 
 
-class CheckpointRefused(ValueError):
+class CheckpointRefused(InvalidSpecError, ValueError):
     """The checkpoint this run would resume from cannot be used as the job is written: it
     needs another config, or the one `checkpoint.resumeFrom` names is missing or damaged."""
 

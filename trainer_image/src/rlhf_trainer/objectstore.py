@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from rlhf_trainer.config.outcome import InvalidSpecError
 from rlhf_trainer.config import JobConfig
 from rlhf_trainer.config.location_rules import file_locations, model_locations
 from rlhf_trainer.config.locations import S3Uri, is_pvc, is_s3, parse_s3, set_field
@@ -35,7 +36,7 @@ class ObjectStoreError(RuntimeError):
     network or the store may be to blame, so a retry may help."""
 
 
-class InputLocationError(ObjectStoreError):
+class InputLocationError(InvalidSpecError, ObjectStoreError):
     """An input location the job names does not exist, is not readable with the job's
     credentials, or cannot exist here (pvc:// outside a cluster): a retry cannot help."""
 

@@ -415,7 +415,7 @@ def test_a_size_only_a_config_json_tells(tmp_path: Path) -> None:
 
 
 def test_rlhf_run_trains_the_resolved_job(capsys: pytest.CaptureFixture[str]) -> None:
-    from rlhf_trainer.runner.job import JobError
+    from rlhf_trainer.context.job import JobError
     from rlhf_trainer.runner.main import place
 
     cfg = JobConfig.model_validate(merge(BASE, {"placement": auto("7B", 16)}))

@@ -11,7 +11,8 @@ import yaml
 from rlhf_trainer.cli import validate_files
 from rlhf_trainer.config import JobSpec
 from rlhf_trainer.config.sources import IN_PIPELINE, job_references, with_pretrained
-from rlhf_trainer.runner.job import JobError, select_job
+from rlhf_trainer.context.job import JobError
+from rlhf_trainer.runner.main import select_job
 
 
 def _spec(**models: Any) -> dict[str, Any]:

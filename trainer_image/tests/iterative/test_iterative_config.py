@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from rlhf_trainer.config import JobConfig, role_devices, validation_messages
-from rlhf_trainer.runner.job import total_steps
+from rlhf_trainer.context.job import total_steps
 
 
 def doc(name: str = "rejection-sampling", **sections: Any) -> dict[str, Any]:

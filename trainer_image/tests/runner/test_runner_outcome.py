@@ -23,10 +23,10 @@ from rlhf_trainer.rewards.function_runner import (
     RewardFunctionTimeout,
 )
 from rlhf_trainer.rewards.remote import RemoteRewardError
-from rlhf_trainer.runner.job import JobError, RunFailed
+from rlhf_trainer.context.job import JobError, RunFailed
 from rlhf_trainer.runner.main import failure_message
 from rlhf_trainer.runner.outcome import classify, exit_code, explain
-from rlhf_trainer.runner.preemption import Preempted
+from rlhf_trainer.context.preemption import Preempted
 
 INVALID, PREEMPTED, INFRA = (
     FailureClass.INVALID_SPEC,

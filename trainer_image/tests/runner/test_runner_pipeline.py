@@ -13,7 +13,6 @@ import pytest
 import yaml
 
 from rlhf_trainer.config import JobConfig, load_file
-from rlhf_trainer.runner import main as runner_main
 from rlhf_trainer.runner.pipeline import run_pipeline
 
 
@@ -46,27 +45,32 @@ def _pipeline(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.fixture
-def ran(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, JobConfig]]:
-    calls: list[tuple[str, JobConfig]] = []
+class Recorder:
+    """Stands in for `main.run_config`: records each stage and writes its export."""
 
-    def fake_run_config(cfg: JobConfig, *, name: str, run_dir: Path | None, **_: Any) -> int:
-        calls.append((name, cfg))
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, JobConfig]] = []
+
+    def __call__(self, config: JobConfig, *, name: str, run_dir: Path | None, **_: Any) -> int:
+        self.calls.append((name, config))
         assert run_dir is not None
-        export = run_dir / "final" / ("actor" if cfg.algorithm.name.is_online else "")
+        export = run_dir / "final" / ("actor" if config.algorithm.name.is_online else "")
         export.mkdir(parents=True)
         return 78 if name == "p-rm" and "fail-rm" in str(run_dir) else 0
 
-    monkeypatch.setattr(runner_main, "run_config", fake_run_config)
-    return calls
+
+@pytest.fixture
+def recorder() -> Recorder:
+    return Recorder()
 
 
 def test_stages_run_in_order_each_loading_the_earlier_exports(
-    tmp_path: Path, ran: list[tuple[str, JobConfig]]
+    tmp_path: Path, recorder: Recorder
 ) -> None:
     [loaded] = load_file(_pipeline(tmp_path))
     runs = tmp_path / "runs"
-    assert run_pipeline(loaded, resume=None, max_steps=None, run_dir=runs) == 0
+    assert run_pipeline(loaded, recorder, resume=None, max_steps=None, run_dir=runs) == 0
+    ran = recorder.calls
     assert [name for name, _ in ran] == ["p-sft", "p-rm", "p-ppo"]
     ppo = ran[2][1]
     assert ppo.models.actor.pretrained == str(runs / "sft" / "final")
@@ -78,10 +82,9 @@ def test_stages_run_in_order_each_loading_the_earlier_exports(
     assert json.loads((runs / "sft" / "inputs.json").read_text()) == []
 
 
-def test_the_first_failed_stage_stops_the_pipeline(
-    tmp_path: Path, ran: list[tuple[str, JobConfig]]
-) -> None:
+def test_the_first_failed_stage_stops_the_pipeline(tmp_path: Path, recorder: Recorder) -> None:
     [loaded] = load_file(_pipeline(tmp_path))
-    code = run_pipeline(loaded, resume=None, max_steps=None, run_dir=tmp_path / "fail-rm")
+    runs = tmp_path / "fail-rm"
+    code = run_pipeline(loaded, recorder, resume=None, max_steps=None, run_dir=runs)
     assert code == 78
-    assert [name for name, _ in ran] == ["p-sft", "p-rm"]
+    assert [name for name, _ in recorder.calls] == ["p-sft", "p-rm"]

@@ -7,6 +7,10 @@ decides from it whether a retry can help: `INVALID` ends the job at once (no ret
 else: a crashed rank, a lost node, an OOM kill) is retried within the backoff limit.
 
 The codes follow sysexits(3) where one fits, so they never collide with a signal's 128 + N.
+
+Every error that means "the job as written cannot run" derives from `InvalidSpecError`, so the
+runner classifies an outcome by one `isinstance`, without knowing (or importing) the modules
+that raise them.
 """
 
 from __future__ import annotations
@@ -56,6 +60,13 @@ class FailureClass(StrEnum):
             if code == exit_code:
                 return failure
         return cls.INFRASTRUCTURE
+
+
+class InvalidSpecError(Exception):
+    """The job as written cannot run, and a retry cannot fix it (`FailureClass.INVALID_SPEC`):
+    the spec, the data, the models, the user's code, an input location or a checkpoint the job
+    cannot resume. Each module's error derives from it beside its usual base
+    (`class DataLoadError(InvalidSpecError, RuntimeError)`)."""
 
 
 _EXIT_CODES = {

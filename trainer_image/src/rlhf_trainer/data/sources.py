@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from rlhf_trainer.config.outcome import InvalidSpecError
 from rlhf_trainer.config import DataConfig, DatasetSource
 from rlhf_trainer.config.data_size import mixed_counts
 
@@ -23,7 +24,7 @@ T = TypeVar("T")
 FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
 
 
-class DataLoadError(RuntimeError):
+class DataLoadError(InvalidSpecError, RuntimeError):
     """A data set could not be read, or lacks a column; the message names the source."""
 
 

@@ -98,7 +98,7 @@ _STARTED: list[bool] = []
 def _keep_sigterm_handler() -> Iterator[None]:
     """`ray.init` replaces the driver's SIGTERM handler with one that exits at once; the
     runner's (a stop request honoured at the next step boundary, with a checkpoint: see
-    `rlhf_trainer.runner.preemption`) must survive it."""
+    `rlhf_trainer.context.preemption`) must survive it."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -481,16 +481,3 @@ def shutdown_ray() -> None:
     if _STARTED and ray.is_initialized():
         ray.shutdown()
     _STARTED.clear()
-
-
-def unwrap_error(err: BaseException) -> BaseException:
-    """The exception a Ray task raised (Ray wraps it in a RayTaskError), for clear messages."""
-    if isinstance(err, ray.exceptions.RayTaskError):
-        cause = err.as_instanceof_cause()  # type: ignore[no-untyped-call]
-        inner = getattr(err, "cause", None)
-        return inner if isinstance(inner, BaseException) else cause
-    return err
-
-
-def is_ray_error(err: BaseException) -> bool:
-    return isinstance(err, ray.exceptions.RayError)

@@ -9,7 +9,7 @@ Outputs are the online loop's: `metrics.jsonl` (one record per round), `tensorbo
 from __future__ import annotations
 
 from rlhf_trainer.config import JobConfig
-from rlhf_trainer.runner.job import RunContext, RunResult
+from rlhf_trainer.context.job import RunContext, RunResult
 
 from .selection import max_optimizer_steps, max_round_items
 

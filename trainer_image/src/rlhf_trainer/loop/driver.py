@@ -10,7 +10,7 @@ On failure the run stops with the error, after writing a final checkpoint when t
 in a consistent state (the failure came before this step's update, or after it completed) and
 their weights are finite; a checkpoint is never half-written (see `CheckpointStore`).
 
-A stop request (SIGTERM, see `rlhf_trainer.runner.preemption`) is honoured between steps and,
+A stop request (SIGTERM, see `rlhf_trainer.context.preemption`) is honoured between steps and,
 within a step, before its update: the step's rollouts and experience are dropped whole (no
 weights, no data position, no controller state of theirs is kept) and `Preempted` takes the
 failure path above, which checkpoints the last finished step. Once the update has begun the
@@ -33,7 +33,7 @@ from rlhf_trainer.checkpoint import CheckpointRef, TrainerState, publish_dir
 from rlhf_trainer.config import JobConfig, ResumePolicy
 from rlhf_trainer.data.pretrain import PretrainBatches
 from rlhf_trainer.reporting.timing import StageTimer
-from rlhf_trainer.runner.preemption import Preempted, StopCheck, never
+from rlhf_trainer.context.preemption import Preempted, StopCheck, never
 
 from .batch import Sample, behaviour_log_probs, to_batch
 from .estimators import compute_advantages, kl_statistic, process_scores

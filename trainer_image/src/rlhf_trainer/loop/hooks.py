@@ -1,5 +1,5 @@
 """The driver's I/O edges, built from the job: the reward sources (the runner builds the
-reporter and the checkpoint directory, see `rlhf_trainer.runner.job.RunContext`)."""
+reporter and the checkpoint directory, see `rlhf_trainer.context.job.RunContext`)."""
 
 from __future__ import annotations
 

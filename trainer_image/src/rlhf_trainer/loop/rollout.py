@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from rlhf_trainer.config.outcome import InvalidSpecError
 from rlhf_trainer.config import JobConfig
 
 from .batch import Sample
@@ -105,7 +106,7 @@ def single_turn(
     return samples
 
 
-class AgentError(RuntimeError):
+class AgentError(InvalidSpecError, RuntimeError):
     """The user's agent failed: its file does not import or lacks `AgentInstance`, or its
     code raised (the message names the method and keeps the user's error)."""
 

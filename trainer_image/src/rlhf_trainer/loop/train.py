@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
-from rlhf_trainer.runner.job import RunContext, RunResult, fit, resolve_path, total_steps
-from rlhf_trainer.runner.preemption import Preempted
+from rlhf_trainer.context.job import RunContext, RunResult, fit, resolve_path, total_steps
+from rlhf_trainer.context.preemption import Preempted
 
 
 def train_online(ctx: RunContext) -> RunResult:

@@ -25,6 +25,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from rlhf_trainer.config.outcome import InvalidSpecError
 from rlhf_trainer.config import AttnImplementation, ModelSource, TrainingConfig
 
 from .tiny import ModelKind, build_record, build_tiny_model
@@ -33,7 +34,7 @@ from .value import ValueModel, init_value_head
 _PATH_PREFIXES = ("./", "../", "~", ".\\", "..\\")
 
 
-class ModelLoadError(RuntimeError):
+class ModelLoadError(InvalidSpecError, RuntimeError):
     """A model or tokenizer could not be loaded; the message says what was tried."""
 
 

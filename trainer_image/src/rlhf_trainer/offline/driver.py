@@ -9,7 +9,7 @@ the reference (or teacher) costs no step time. What a checkpoint needs of the dr
 step and the stream position (`TrainerState.data_position`); the ranks save weights,
 optimizer, scheduler and their RNG.
 
-A stop request (SIGTERM, see `rlhf_trainer.runner.preemption`) is honoured before a step's
+A stop request (SIGTERM, see `rlhf_trainer.context.preemption`) is honoured before a step's
 update: the step's batch (and the next one's frozen outputs, already on their way) are
 dropped, and `Preempted` takes the failure path, which checkpoints the last finished step.
 """
@@ -34,7 +34,7 @@ from rlhf_trainer.checkpoint import (
 )
 from rlhf_trainer.config import JobConfig, ResumePolicy
 from rlhf_trainer.reporting.timing import StageTimer
-from rlhf_trainer.runner.preemption import Preempted, StopCheck, never
+from rlhf_trainer.context.preemption import Preempted, StopCheck, never
 
 from rlhf_trainer.objectives.collate import response_tokens
 

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from rlhf_trainer.config import AlgorithmName, JobConfig
-from rlhf_trainer.runner.job import RunContext, RunResult, fit, total_steps
-from rlhf_trainer.runner.preemption import Preempted
+from rlhf_trainer.context.job import RunContext, RunResult, fit, total_steps
+from rlhf_trainer.context.preemption import Preempted
 
 from rlhf_trainer.objectives.kinds import OfflineSpec, TrainerKind, offline_spec
 

@@ -26,6 +26,7 @@ import signal
 from collections.abc import Sequence
 from pathlib import Path
 
+from rlhf_trainer.config.outcome import InvalidSpecError
 from rlhf_trainer.config import RewardFunctionLimits
 
 from ._confine import cpu_hard_limit
@@ -57,11 +58,11 @@ class RewardFunctionError(RuntimeError):
     """The reward function failed: it raised, returned bad values, timed out or crashed."""
 
 
-class RewardFunctionLoadError(RewardFunctionError):
+class RewardFunctionLoadError(InvalidSpecError, RewardFunctionError):
     """The file does not exist, does not import, or defines no `reward_func`."""
 
 
-class RewardFunctionCodeError(RewardFunctionError):
+class RewardFunctionCodeError(InvalidSpecError, RewardFunctionError):
     """The user's `reward_func` raised, or returned something that is not rewards."""
 
 

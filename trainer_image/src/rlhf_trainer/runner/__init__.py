@@ -8,11 +8,11 @@ counting, the errors and exit codes, the outcome reported to the operator, SIGTE
 `iterative.train`, `offline.train`) that builds its models, data and cluster and runs its
 driver loop.
 
-Import the submodules directly; this file imports nothing (no torch, no Ray):
+It sits on top: it imports the train functions, they import only the contract below it
+(`rlhf_trainer.context`: `RunContext`, `fit`, preemption). Import the submodules directly;
+this file imports nothing (no torch, no Ray):
 
-- `job`: the job of a file, its directories and paths, step counting, `JobError`/`RunFailed`,
-  and `RunContext`, what the runner hands a train function.
-- `preemption`: SIGTERM as a request to stop at the next step boundary (`Preempted`).
+- `main`: `run_from_cli`, the `rlhf run` command: the one job of a file, its dispatch.
+- `pipeline`: an RLHFPipeline's stages, one `main.run_config` after another.
 - `outcome`: how a run ended: `classify` (failure class), `explain` (the message).
-- `main`: `run_from_cli`, the `rlhf run` command.
 """

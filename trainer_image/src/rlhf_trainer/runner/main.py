@@ -22,21 +22,47 @@ from pathlib import Path
 from rlhf_trainer.config import (
     JobConfig,
     LayoutError,
+    LoadedJob,
     describe_layout,
+    load_file,
     local_config_reader,
     plan_layout,
     resolve_job,
 )
 from rlhf_trainer.config.outcome import ExitCode, FailureClass
+from rlhf_trainer.config.sources import local_run_problems
+from rlhf_trainer.context.job import JobError, RunContext, RunFailed, RunResult, run_dirs
+from rlhf_trainer.context.preemption import Preempted, StopCheck, StopOnSignal, never
 
-from .job import JobError, RunContext, RunFailed, RunResult, run_dirs, select_job
 from .outcome import classify, exit_code, explain
-from .preemption import Preempted, StopCheck, StopOnSignal, never
+from .pipeline import run_pipeline
 
 log = logging.getLogger(__name__)
 
 TrainFn = Callable[[RunContext], RunResult]
 PREFIX = "rlhf run"
+
+
+def select_job(path: Path) -> tuple[LoadedJob, JobConfig | None]:
+    """The one valid job of `path` and its config (None for an RLHFPipeline, whose stages
+    each have theirs); `JobError` listing every problem otherwise."""
+    jobs = load_file(path)
+    problems = [f"{path}: {p}" for job in jobs for p in job.problems]
+    if problems:
+        raise JobError("\n".join(problems))
+    if len(jobs) != 1:
+        names = ", ".join(j.name for j in jobs)
+        raise JobError(f"{path}: holds {len(jobs)} jobs ({names}); `rlhf run` runs one per file")
+    if jobs[0].pipeline is not None:
+        return jobs[0], None
+    config = jobs[0].config
+    if config is None:  # a valid document always has a config
+        raise JobError(f"{path}: no job config")
+    prefix = "spec" if jobs[0].is_manifest else ""
+    unresolved = [f"{path}: {p.render(prefix)}" for p in local_run_problems(config)]
+    if unresolved:
+        raise JobError("\n".join(unresolved))
+    return jobs[0], config
 
 
 def train_function(cfg: JobConfig) -> TrainFn:
@@ -92,9 +118,9 @@ def run_from_cli(
     except JobError as err:
         return finish(err)
     if config is None:
-        from .pipeline import run_pipeline
-
-        return run_pipeline(job, resume=resume, max_steps=max_steps, run_dir=run_dir)
+        return run_pipeline(
+            job, run_config, resume=resume, max_steps=max_steps, run_dir=run_dir
+        )
     name = job.name
     if not job.is_manifest:  # in a RayJob the file is job.yaml: the operator names the run
         name = os.environ.get("RLHF_JOB_NAME", name)

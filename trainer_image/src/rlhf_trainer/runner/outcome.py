@@ -1,9 +1,10 @@
 """How a run ended: its failure class (retry or not), its exit code and the message to read.
 
 `classify` decides by exception type, after unwrapping the runner's `RunFailed` and Ray's task
-errors, whether a retry can help:
+errors (both carry the exception they wrap as `cause`), whether a retry can help:
 
-- `InvalidSpec` (exit 78, no retry): the job as written cannot run. The spec (`JobError`), the
+- `InvalidSpec` (exit 78, no retry): the job as written cannot run: an `InvalidSpecError`
+  (`rlhf_trainer.config.outcome`), whatever raised it. The spec (`JobError`), the
   data (`DataLoadError`: a missing file or key, no rows, bad JSON), the models
   (`ModelLoadError`: not found, not loadable), the user's code (`RewardFunctionLoadError`: the
   reward function file is missing, does not import or lacks `reward_func`;
@@ -31,27 +32,22 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import sys
 from collections.abc import Iterator
 from functools import cache
 
-from rlhf_trainer.config.outcome import ExitCode, FailureClass
-
-from .job import JobError, RunFailed
-from .preemption import Preempted
+from rlhf_trainer.config.outcome import ExitCode, FailureClass, InvalidSpecError
+from rlhf_trainer.context.job import RunFailed
+from rlhf_trainer.context.preemption import Preempted
 
 
 def unwrap(err: BaseException) -> BaseException:
-    """The exception that ended the run: the cause of a `RunFailed`, out of Ray's wrapper."""
+    """The exception that ended the run: the cause of a `RunFailed`, out of Ray's wrapper (a
+    `RayTaskError` holds what the task raised as `cause`; so this needs no Ray import, and a
+    job refused before training never pays for one)."""
     if isinstance(err, RunFailed):
         err = err.cause
-    # Only an error from a Ray call can be Ray's, and those exist only once Ray is imported:
-    # a job refused before training never pays for importing Ray here.
-    if "ray" in sys.modules:
-        from rlhf_trainer.distributed.cluster import unwrap_error
-
-        err = unwrap_error(err)
-    return err
+    cause = getattr(err, "cause", None)
+    return cause if isinstance(cause, BaseException) else err
 
 
 def classify(err: BaseException) -> FailureClass:
@@ -60,7 +56,7 @@ def classify(err: BaseException) -> FailureClass:
     if isinstance(inner, Preempted) or getattr(inner, "preempted", False) is True:
         # The second test: Ray's RayActorError.preempted, an actor lost with a preempted node.
         return FailureClass.PREEMPTED
-    if isinstance(inner, _invalid_spec_errors()) and not _network_failure(inner):
+    if isinstance(inner, InvalidSpecError) and not _network_failure(inner):
         return FailureClass.INVALID_SPEC
     return FailureClass.INFRASTRUCTURE
 
@@ -83,32 +79,6 @@ def explain(err: BaseException) -> str:
     if len(lines) > 1:
         text = f"{lines[0]} ... {lines[-1]}"
     return text if text.startswith(name) else f"{name}: {text}"
-
-
-@cache
-def _invalid_spec_errors() -> tuple[type[BaseException], ...]:
-    # Imported when a run failed, not before: `rlhf run` of a file it refuses stays fast, and
-    # by the time one of these can be raised its module is loaded anyway.
-    from rlhf_trainer.checkpoint_store import CheckpointRefused
-    from rlhf_trainer.data.sources import DataLoadError
-    from rlhf_trainer.loop.rollout import AgentError
-    from rlhf_trainer.models.loading import ModelLoadError
-    from rlhf_trainer.objectstore import InputLocationError
-    from rlhf_trainer.rewards.function_runner import (
-        RewardFunctionCodeError,
-        RewardFunctionLoadError,
-    )
-
-    return (
-        JobError,
-        DataLoadError,
-        ModelLoadError,
-        RewardFunctionLoadError,
-        RewardFunctionCodeError,
-        AgentError,
-        InputLocationError,
-        CheckpointRefused,
-    )
 
 
 def _causes(err: BaseException) -> Iterator[BaseException]:

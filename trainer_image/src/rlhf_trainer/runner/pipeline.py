@@ -12,12 +12,13 @@ import json
 import sys
 from pathlib import Path
 
+from typing import Protocol
+
 from rlhf_trainer.config import JobConfig, LoadedJob
 from rlhf_trainer.config.outcome import ExitCode
 from rlhf_trainer.config.pipeline import local_stage_config, stage_job_name, topological_order
 from rlhf_trainer.config.sources import stage_references
-
-from .job import run_dirs
+from rlhf_trainer.context.job import run_dirs
 
 PREFIX = "rlhf run"
 INPUTS_FILE = "inputs.json"
@@ -30,12 +31,30 @@ def export_dir(cfg: JobConfig, *, name: str, base_dir: Path, run_dir: Path | Non
     return final / "actor" if cfg.algorithm.name.is_online else final
 
 
-def run_pipeline(
-    loaded: LoadedJob, *, resume: str | None, max_steps: int | None, run_dir: Path | None
-) -> int:
-    """Run every stage; the process exit code (the failed stage's, else 0)."""
-    from .main import run_config  # the run pulls in torch and Ray
+class RunConfig(Protocol):
+    """How a stage runs: `main.run_config`, which hands the pipeline to it."""
 
+    def __call__(
+        self,
+        config: JobConfig,
+        *,
+        name: str,
+        base_dir: Path,
+        run_dir: Path | None = None,
+        resume: str | None = None,
+        max_steps: int | None = None,
+    ) -> int: ...
+
+
+def run_pipeline(
+    loaded: LoadedJob,
+    run_config: RunConfig,
+    *,
+    resume: str | None,
+    max_steps: int | None,
+    run_dir: Path | None,
+) -> int:
+    """Run every stage with `run_config`; the process exit code (the failed stage's, else 0)."""
     spec = loaded.pipeline
     if spec is None:  # load_file gives a pipeline manifest its spec
         raise ValueError(f"{loaded.source}: not an RLHFPipeline")

@@ -1,6 +1,6 @@
-"""What every run needs before and around its training, online or offline: the one job of a
-file, its directories and paths, its step count, the errors that end it, and `RunContext`,
-what the runner hands a train function.
+"""What every run needs before and around its training, online or offline: its directories
+and paths, its step count, the errors that end it, `RunContext` (what the runner hands a train
+function) and `fit`, the one ending of every train function.
 
 Light on purpose (no torch, no Ray): the train functions and the runner both import it.
 """
@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from rlhf_trainer.config import JobConfig, LoadedJob, load_file
+from rlhf_trainer.config import JobConfig
 from rlhf_trainer.config.data_size import fixed_steps, step_basis, too_little_data
-from rlhf_trainer.config.sources import local_run_problems
+from rlhf_trainer.config.outcome import InvalidSpecError
 
 from .preemption import StopCheck, never
 
@@ -30,7 +30,7 @@ CHECKPOINTS_DIR = "checkpoints"
 FINAL_DIR = "final"
 
 
-class JobError(RuntimeError):
+class JobError(InvalidSpecError, RuntimeError):
     """The job cannot run as written (the message names the field and says why). A retry
     cannot fix it: the runner exits with `ExitCode.INVALID`."""
 
@@ -50,28 +50,6 @@ class RunFailed(RuntimeError):
         super().__init__(str(cause))
         self.cause, self.completed_steps = cause, completed_steps
         self.checkpoint, self.latest = checkpoint, latest
-
-
-def select_job(path: Path) -> tuple[LoadedJob, JobConfig | None]:
-    """The one valid job of `path` and its config (None for an RLHFPipeline, whose stages
-    each have theirs); `JobError` listing every problem otherwise."""
-    jobs = load_file(path)
-    problems = [f"{path}: {p}" for job in jobs for p in job.problems]
-    if problems:
-        raise JobError("\n".join(problems))
-    if len(jobs) != 1:
-        names = ", ".join(j.name for j in jobs)
-        raise JobError(f"{path}: holds {len(jobs)} jobs ({names}); `rlhf run` runs one per file")
-    if jobs[0].pipeline is not None:
-        return jobs[0], None
-    config = jobs[0].config
-    if config is None:  # a valid document always has a config
-        raise JobError(f"{path}: no job config")
-    prefix = "spec" if jobs[0].is_manifest else ""
-    unresolved = [f"{path}: {p.render(prefix)}" for p in local_run_problems(config)]
-    if unresolved:
-        raise JobError("\n".join(unresolved))
-    return jobs[0], config
 
 
 def resolve_path(value: str, base_dir: Path, field: str) -> Path:
