@@ -44,9 +44,9 @@ from common import SIZES
 
 from rlhf_trainer.config import RandomInit
 from rlhf_trainer.distributed.forward import action_log_probs, trim_padding
-from rlhf_trainer.objectives.online import PolicyLossSettings, policy_objective
 from rlhf_trainer.models.loading import LoadOptions, load_causal_lm
 from rlhf_trainer.models.tiny import build_tiny_model
+from rlhf_trainer.objectives.online import PolicyLossSettings, policy_objective
 
 # A GPU-sized model beside bench/ppo_step.py's CPU sizes (about 0.86B parameters): on an H100/H200
 # the CPU sizes are too small for the saving of packing to show above kernel-launch latency.

@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from rlhf_trainer.config.outcome import InvalidSpecError
 from rlhf_trainer.config import RESUME_LATEST, ResumePolicy
+from rlhf_trainer.config.outcome import InvalidSpecError
 
 from .checkpoint_manifest import (
     Manifest,

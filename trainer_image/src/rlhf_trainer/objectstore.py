@@ -21,10 +21,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from rlhf_trainer.config.outcome import InvalidSpecError
 from rlhf_trainer.config import JobConfig
 from rlhf_trainer.config.location_rules import file_locations, model_locations
 from rlhf_trainer.config.locations import S3Uri, is_pvc, is_s3, parse_s3, set_field
+from rlhf_trainer.config.outcome import InvalidSpecError
 from rlhf_trainer.config.output import ObjectStoreConfig
 
 # What a run leaves that must outlive it, relative to the run directory.

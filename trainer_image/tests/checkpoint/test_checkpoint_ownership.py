@@ -22,8 +22,8 @@ from rlhf_trainer.checkpoint import (
     resume_fingerprint,
 )
 from rlhf_trainer.config import JobConfig, ResumePolicy
-from rlhf_trainer.offline.driver import OfflineTrainer
 from rlhf_trainer.context.job import RunContext, RunDirs
+from rlhf_trainer.offline.driver import OfflineTrainer
 from rlhf_trainer.runner.outcome import FailureClass, classify
 
 AUTO, NEVER = ResumePolicy.AUTO, ResumePolicy.NEVER

@@ -11,8 +11,8 @@ from test_config import messages, minimal
 
 from rlhf_trainer.config import JobConfig
 from rlhf_trainer.config.data_size import known_train_rows
-from rlhf_trainer.data.sources import mixed_rows
 from rlhf_trainer.context.job import JobError, total_steps
+from rlhf_trainer.data.sources import mixed_rows
 
 LETTERS = {"builtin": "repeat-letter"}
 

@@ -16,9 +16,9 @@ from torch import Tensor
 
 from rlhf_trainer.config import AttnImplementation
 from rlhf_trainer.distributed.forward import action_log_probs
-from rlhf_trainer.objectives.online import PolicyLossSettings, policy_objective
 from rlhf_trainer.models.loading import LoadOptions, load_causal_lm
 from rlhf_trainer.models.packing import check_packing
+from rlhf_trainer.objectives.online import PolicyLossSettings, policy_objective
 
 pytestmark = [
     pytest.mark.gpu,

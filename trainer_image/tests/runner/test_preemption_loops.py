@@ -19,9 +19,9 @@ from torch import Tensor
 
 from rlhf_trainer.checkpoint import CheckpointManager, load_trainer_state
 from rlhf_trainer.config import JobConfig
+from rlhf_trainer.context.preemption import Preempted, StopOnSignal
 from rlhf_trainer.loop.driver import Hooks, Trainer
 from rlhf_trainer.offline.driver import OfflineTrainer
-from rlhf_trainer.context.preemption import Preempted, StopOnSignal
 
 Hook = Callable[[str, int], None]
 

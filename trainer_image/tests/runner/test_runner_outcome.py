@@ -11,6 +11,8 @@ import ray.exceptions
 from huggingface_hub.errors import OfflineModeIsEnabled
 
 from rlhf_trainer.config.outcome import ExitCode, FailureClass
+from rlhf_trainer.context.job import JobError, RunFailed
+from rlhf_trainer.context.preemption import Preempted
 from rlhf_trainer.data.sources import DataLoadError
 from rlhf_trainer.distributed.workers.trained import NonFiniteLossError
 from rlhf_trainer.loop.driver import NonFiniteError
@@ -23,10 +25,8 @@ from rlhf_trainer.rewards.function_runner import (
     RewardFunctionTimeout,
 )
 from rlhf_trainer.rewards.remote import RemoteRewardError
-from rlhf_trainer.context.job import JobError, RunFailed
 from rlhf_trainer.runner.main import failure_message
 from rlhf_trainer.runner.outcome import classify, exit_code, explain
-from rlhf_trainer.context.preemption import Preempted
 
 INVALID, PREEMPTED, INFRA = (
     FailureClass.INVALID_SPEC,

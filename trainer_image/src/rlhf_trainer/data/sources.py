@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from rlhf_trainer.config.outcome import InvalidSpecError
 from rlhf_trainer.config import DataConfig, DatasetSource
 from rlhf_trainer.config.data_size import mixed_counts
+from rlhf_trainer.config.outcome import InvalidSpecError
 
 from .builtin import RowKind, builtin_rows
 

@@ -31,9 +31,9 @@ from rlhf_trainer.algos.masking import masked_mean
 from rlhf_trainer.algos.rewards import overlong_penalty
 from rlhf_trainer.checkpoint import CheckpointRef, TrainerState, publish_dir
 from rlhf_trainer.config import JobConfig, ResumePolicy
+from rlhf_trainer.context.preemption import Preempted, StopCheck, never
 from rlhf_trainer.data.pretrain import PretrainBatches
 from rlhf_trainer.reporting.timing import StageTimer
-from rlhf_trainer.context.preemption import Preempted, StopCheck, never
 
 from .batch import Sample, behaviour_log_probs, to_batch
 from .estimators import compute_advantages, kl_statistic, process_scores

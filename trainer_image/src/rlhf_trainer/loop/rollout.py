@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from rlhf_trainer.config.outcome import InvalidSpecError
 from rlhf_trainer.config import JobConfig
+from rlhf_trainer.config.outcome import InvalidSpecError
 
 from .batch import Sample
 

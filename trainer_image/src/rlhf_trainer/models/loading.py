@@ -25,8 +25,8 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from rlhf_trainer.config.outcome import InvalidSpecError
 from rlhf_trainer.config import AttnImplementation, ModelSource, TrainingConfig
+from rlhf_trainer.config.outcome import InvalidSpecError
 
 from .tiny import ModelKind, build_record, build_tiny_model
 from .value import ValueModel, init_value_head

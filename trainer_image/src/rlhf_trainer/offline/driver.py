@@ -33,10 +33,9 @@ from rlhf_trainer.checkpoint import (
     save_trainer_state,
 )
 from rlhf_trainer.config import JobConfig, ResumePolicy
-from rlhf_trainer.reporting.timing import StageTimer
 from rlhf_trainer.context.preemption import Preempted, StopCheck, never
-
 from rlhf_trainer.objectives.collate import response_tokens
+from rlhf_trainer.reporting.timing import StageTimer
 
 Collate = Callable[[Sequence[Any]], dict[str, Tensor]]
 

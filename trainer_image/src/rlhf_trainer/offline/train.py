@@ -15,7 +15,6 @@ from typing import Any
 from rlhf_trainer.config import AlgorithmName, JobConfig
 from rlhf_trainer.context.job import RunContext, RunResult, fit, total_steps
 from rlhf_trainer.context.preemption import Preempted
-
 from rlhf_trainer.objectives.kinds import OfflineSpec, TrainerKind, offline_spec
 
 
@@ -53,8 +52,8 @@ def train_offline(ctx: RunContext) -> RunResult:
         model_cache_dir,
         resolve_model_dir,
     )
-
     from rlhf_trainer.objectives.collate import collate
+
     from .driver import OfflineTrainer
 
     cfg, base = ctx.cfg, ctx.base_dir

@@ -26,8 +26,8 @@ import signal
 from collections.abc import Sequence
 from pathlib import Path
 
-from rlhf_trainer.config.outcome import InvalidSpecError
 from rlhf_trainer.config import RewardFunctionLimits
+from rlhf_trainer.config.outcome import InvalidSpecError
 
 from ._confine import cpu_hard_limit
 from .output import RewardOutputError, RewardResult, parse_reward_output

@@ -118,9 +118,7 @@ def run_from_cli(
     except JobError as err:
         return finish(err)
     if config is None:
-        return run_pipeline(
-            job, run_config, resume=resume, max_steps=max_steps, run_dir=run_dir
-        )
+        return run_pipeline(job, run_config, resume=resume, max_steps=max_steps, run_dir=run_dir)
     name = job.name
     if not job.is_manifest:  # in a RayJob the file is job.yaml: the operator names the run
         name = os.environ.get("RLHF_JOB_NAME", name)

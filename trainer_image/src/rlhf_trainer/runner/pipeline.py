@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-
 from typing import Protocol
 
 from rlhf_trainer.config import JobConfig, LoadedJob
