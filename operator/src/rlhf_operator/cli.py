@@ -83,7 +83,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return int(args.func(args))
+    if args.command != "render":
+        return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except Exception as err:  # a bug of ours must not print a file's content as a traceback
+        from rlhf_trainer.config.documents import quote
+
+        print(
+            f"rlhf-operator render: internal error ({type(err).__name__}: {quote(str(err))}); "
+            "please report it with the file that caused it",
+            file=sys.stderr,
+        )
+        return 70
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from rlhf_trainer.config import (
     plan_layout,
     resolve_job,
 )
+from rlhf_trainer.config.documents import quote
 from rlhf_trainer.config.pipeline import stage_job_name, topological_order
 
 
@@ -209,7 +210,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "max_steps", None) is not None and args.max_steps <= 0:
         print(f"rlhf run: --max-steps must be > 0 (got {args.max_steps})", file=sys.stderr)
         return 2
-    code: int = args.func(args)
+    if args.command == "run":
+        code: int = args.func(args)  # the runner reports its own failures (exit codes)
+        return code
+    try:
+        code = args.func(args)
+    except Exception as err:  # a bug of ours must not print a file's content as a traceback
+        print(
+            f"rlhf {args.command}: internal error ({type(err).__name__}: {quote(str(err))}); "
+            "please report it with the file that caused it",
+            file=sys.stderr,
+        )
+        return 70
     return code
 
 

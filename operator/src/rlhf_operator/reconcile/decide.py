@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from rlhf_trainer.config import ConfigModel, JobSpec, cluster_problems, validation_messages
+from rlhf_trainer.config.documents import document_problems, quote
 from rlhf_trainer.config.loading import NAME_MAX_LENGTH, NAME_PATTERN
 
 from ..api.v1alpha1 import (
@@ -65,8 +66,11 @@ def spec_problems(body: Mapping[str, Any]) -> list[str]:
     if len(name) > NAME_MAX_LENGTH or not NAME_PATTERN.match(name):
         problems.append(
             f"metadata.name: must be a DNS-1035 label of at most {NAME_MAX_LENGTH} characters "
-            f"(children are named after it); got {name!r}"
+            f"(children are named after it); got {quote(name)}"
         )
+    unstorable = document_problems(body.get("spec") or {}, "spec")
+    if unstorable:
+        return problems + unstorable
     try:
         spec = JobSpec.model_validate(body.get("spec") or {})
     except ValidationError as err:

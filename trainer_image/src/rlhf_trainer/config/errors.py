@@ -5,13 +5,22 @@ from __future__ import annotations
 from pydantic import ValidationError
 
 from .base import CROSS_FIELD_ERROR
+from .documents import quote
+
+# A line names a field and says why in a sentence: anything longer quotes a hostile value.
+MAX_LINE = 600
 
 
 def _join(parts: list[str]) -> str:
     out = ""
     for part in parts:
+        part = part if len(part) <= 64 else quote(part, 64)  # a map key of a hostile size
         out += f"[{part}]" if part.isdigit() else (f".{part}" if out else part)
     return out
+
+
+def _capped(line: str) -> str:
+    return line if len(line) <= MAX_LINE else f"{line[:MAX_LINE]}... (message cut)"
 
 
 def _plain_message(err: dict[str, object]) -> str:
@@ -26,7 +35,7 @@ def _plain_message(err: dict[str, object]) -> str:
         return "required field is missing"
     value = err.get("input")
     if err["type"] in {"enum", "literal_error"} or "greater" in msg or "less" in msg:
-        return f"{msg} (got {value!r})"
+        return f"{msg} (got {quote(value)})"
     return msg
 
 
@@ -42,7 +51,7 @@ def validation_messages(error: ValidationError, prefix: str = "") -> list[str]:
         if err["type"] == CROSS_FIELD_ERROR and "problems" in ctx:
             for path, message in ctx["problems"]:
                 where = ".".join(x for x in (base, path) if x)
-                lines.append(f"{where}: {message}")
+                lines.append(_capped(f"{where}: {message}"))
             continue
-        lines.append(f"{base or '<root>'}: {_plain_message(dict(err))}")
+        lines.append(_capped(f"{base or '<root>'}: {_plain_message(dict(err))}"))
     return lines
