@@ -100,3 +100,21 @@ namespace may reach the dashboard port, which the job's Ray token still guards).
 {{- .Release.Namespace -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+The gateway's pods: their own name label, so that the operator's Deployment and PDB selectors
+(name + instance) never match them.
+*/}}
+{{- define "rlhf-operator.gatewaySelectorLabels" -}}
+app.kubernetes.io/name: {{ include "rlhf-operator.name" . }}-gateway
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: gateway
+{{- end }}
+
+{{- define "rlhf-operator.gatewayLabels" -}}
+helm.sh/chart: {{ include "rlhf-operator.chart" . }}
+{{ include "rlhf-operator.gatewaySelectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: rlhf-operator
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}

@@ -97,7 +97,7 @@ BUILTINS: tuple[ResourceInfo, ...] = (
     ),
     _builtin("", "v1", "configmaps", "ConfigMap", short=("cm",)),
     _builtin("", "v1", "secrets", "Secret"),
-    _builtin("", "v1", "serviceaccounts", "ServiceAccount", short=("sa",)),
+    _builtin("", "v1", "serviceaccounts", "ServiceAccount", short=("sa",), subresources=("token",)),
     _builtin(
         "",
         "v1",
@@ -131,6 +131,15 @@ BUILTINS: tuple[ResourceInfo, ...] = (
         namespaced=False,
     ),
     _builtin("coordination.k8s.io", "v1", "leases", "Lease"),
+    # Answered, never stored (authn.py).
+    _builtin(
+        "authentication.k8s.io",
+        "v1",
+        "tokenreviews",
+        "TokenReview",
+        namespaced=False,
+        verbs=("create",),
+    ),
     # Stored and served only; the local substrate (e2e/local) plays their controllers.
     _builtin(
         "apps",

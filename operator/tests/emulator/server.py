@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from . import discovery, errors, openapi, podlogs, protobuf, tables
+from . import authn, discovery, errors, openapi, podlogs, protobuf, tables
 from .accounting import Faults, RequestLog, RequestRecord, now
 from .rbac import Attributes, Identity, Security
 from .resources import Registry, ResourceInfo
@@ -71,7 +71,9 @@ class ApiServer:
         verb, resource, target = "get", "discovery", None
         response: web.StreamResponse | None
         try:
-            identity = self._authenticate(request)
+            identity = authn.impersonated(
+                self.security, self._authenticate(request), request.headers
+            )
             if request.method == "GET" and (response := self._discovery(parts)) is not None:
                 code = response.status
             else:
@@ -180,6 +182,8 @@ class ApiServer:
             ("DELETE", True): "delete",
             ("DELETE", False): "deletecollection",
         }
+        if target.subresource == "token":  # a TokenRequest (authn.py)
+            verbs[("POST", True)] = "create"
         if (method, named) not in verbs:
             raise errors.method_not_allowed(f"{method} is not supported on {request.path}")
         verb = verbs[(method, named)]
@@ -214,6 +218,13 @@ class ApiServer:
         dry_run = query.get("dryRun") == "All"
         validation = query.get("fieldValidation", "Warn")
         warnings = [info.deprecation_warning] if info.deprecation_warning else []
+        if info.plural == "tokenreviews":
+            return _json(authn.token_review(self.security, await self._body(request)), 201)
+        if sub == "token":
+            answer = authn.token_request(
+                self.security, ns or "", name or "", await self._body(request)
+            )
+            return _json(answer, 201)
         if verb == "get":
             obj = self.store.get(info, ns, name or "")
             return self._render(request, info, [obj], single=True)

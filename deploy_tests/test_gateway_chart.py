@@ -1,0 +1,130 @@
+"""`gateway.enabled`: the RLHF gateway's objects render valid, select only the gateway's pods,
+grant the gateway nothing but token reviews and impersonation, and start it with the
+settings file the gateway itself validates."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from helm_tool import CHART, Helm, Manifest, by_kind, parse_manifests
+
+from rlhf_gateway.settings import GatewaySettings
+
+CATALOG = [
+    {
+        "id": "tiny-llama-random",
+        "source": {
+            "randomInit": {
+                "hiddenSize": 64,
+                "numLayers": 2,
+                "numHeads": 2,
+                "intermediateSize": 128,
+                "vocabSize": 512,
+            }
+        },
+        "spec": {"placement": {"device": "cpu"}},
+    }
+]
+VALUES: dict[str, dict[str, Any]] = {
+    "pvc-files-ingress": {
+        "gateway": {
+            "enabled": True,
+            "filesClaim": "rlhf-files",
+            "ingress": {
+                "enabled": True,
+                "className": "nginx",
+                "host": "rlhf.example.com",
+                "tls": [{"hosts": ["rlhf.example.com"], "secretName": "rlhf-tls"}],
+            },
+            "networkPolicy": {"from": [{"namespaceSelector": {"matchLabels": {"ingress": "yes"}}}]},
+            "config": {"catalog": CATALOG, "files": {"uri": "pvc://rlhf-files/uploads"}},
+        }
+    },
+    "s3-files-one-replica": {
+        "gateway": {
+            "enabled": True,
+            "replicaCount": 1,
+            "config": {"files": {"uri": "s3://rlhf-files/uploads"}},
+            "extraEnv": [{"name": "AWS_REGION", "value": "eu-west-1"}],
+        }
+    },
+}
+
+
+def _gateway(objs: list[Manifest]) -> list[Manifest]:
+    return [o for o in objs if "gateway" in o["metadata"]["name"]]
+
+
+@pytest.fixture(params=list(VALUES))
+def rendered(request: pytest.FixtureRequest, helm: Helm, offline_chart: Path) -> list[Manifest]:
+    return parse_manifests(helm.template(offline_chart, VALUES[request.param]))
+
+
+def test_off_by_default(helm: Helm, offline_chart: Path) -> None:
+    assert _gateway(parse_manifests(helm.template(offline_chart, {}))) == []
+
+
+def test_objects_validate(rendered: list[Manifest], kube_validate: Any) -> None:
+    kinds = sorted(o["kind"] for o in _gateway(rendered))
+    assert {"Deployment", "Service", "ServiceAccount", "ConfigMap", "ClusterRole"} <= set(kinds)
+    for obj in _gateway(rendered):
+        kube_validate(obj)
+
+
+def test_the_gateway_pods_and_only_they_are_selected(rendered: list[Manifest]) -> None:
+    deployments = {d["metadata"]["name"]: d for d in by_kind(rendered, "Deployment")}
+    gateway = next(d for name, d in deployments.items() if name.endswith("-gateway"))
+    operator = next(d for name, d in deployments.items() if not name.endswith("-gateway"))
+    pod_labels = gateway["spec"]["template"]["metadata"]["labels"]
+    assert pod_labels["app.kubernetes.io/component"] == "gateway"
+    for selector in (
+        operator["spec"]["selector"]["matchLabels"],
+        *(
+            p["spec"]["selector"]["matchLabels"]
+            for p in by_kind(rendered, "PodDisruptionBudget")
+            if not p["metadata"]["name"].endswith("-gateway")
+        ),
+    ):
+        assert not selector.items() <= pod_labels.items()  # the operator's never match it
+    assert gateway["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    container = gateway["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"][:3] == [
+        "rlhf-gateway",
+        "--config",
+        "/etc/rlhf-gateway/gateway.yaml",
+    ]
+    assert container["ports"] == [{"name": "http", "containerPort": 8000, "protocol": "TCP"}]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    for service in by_kind(rendered, "Service"):
+        if service["metadata"]["name"].endswith("-gateway"):
+            assert service["spec"]["selector"].items() <= pod_labels.items()
+
+
+def test_the_settings_file_is_what_the_gateway_reads(rendered: list[Manifest]) -> None:
+    config = next(
+        c for c in by_kind(rendered, "ConfigMap") if c["metadata"]["name"].endswith("-gateway")
+    )
+    settings = GatewaySettings.model_validate(yaml.safe_load(config["data"]["gateway.yaml"]))
+    assert settings.files.uri.split("://")[0] in ("pvc", "s3")
+
+
+def test_the_gateway_may_only_review_tokens_and_impersonate(rendered: list[Manifest]) -> None:
+    roles = {r["metadata"]["name"]: r for r in by_kind(rendered, "ClusterRole")}
+    gateway = next(r for name, r in roles.items() if name.endswith("-gateway"))
+    assert gateway["rules"] == yaml.safe_load((CHART / "files" / "gateway-rules.yaml").read_text())
+    granted = {
+        (g, r, v)
+        for rule in gateway["rules"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
+    assert {v for _, _, v in granted} == {"create", "impersonate"}
+    assert {r for _, r, v in granted if v == "create"} == {"tokenreviews"}
+    tenant = next(r for name, r in roles.items() if name.endswith("-gateway-tenant"))
+    assert tenant["rules"] == yaml.safe_load(
+        (CHART / "files" / "gateway-tenant-rules.yaml").read_text()
+    )
