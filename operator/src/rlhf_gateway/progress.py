@@ -48,12 +48,20 @@ def _id(prefix: str, *parts: object) -> str:
 
 
 def history_of(job: dict[str, Any]) -> History:
-    """What the job's status reports: the latest step's metrics (one point each)."""
+    """The trainer's bounded metrics history (`status.trainer.history`: metric -> [[step,
+    value], ...], a few hundred points each), with the latest step's metrics added where the
+    history does not hold that step yet."""
     trainer = (job.get("status") or {}).get("trainer") or {}
+    history: History = {
+        str(metric): [(int(step), float(value)) for step, value in points]
+        for metric, points in (trainer.get("history") or {}).items()
+    }
     step = int(trainer.get("step") or 0)
-    if not step:
-        return {}
-    return {k: [(step, float(v))] for k, v in (trainer.get("metrics") or {}).items()}
+    for metric, value in (trainer.get("metrics") or {}).items() if step else ():
+        points = history.setdefault(metric, [])
+        if not points or points[-1][0] < step:
+            points.append((step, float(value)))
+    return history
 
 
 def _steps(history: History) -> dict[int, dict[str, float]]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import pathlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,6 +79,18 @@ def _bind_cluster_role(emulator: Emulator, name: str, rules: list[dict[str, Any]
 def _add_tenant(emulator: Emulator, security: Security, namespace: str) -> str:
     emulator.create_namespace(namespace)
     emulator.create("serviceaccounts", {"metadata": {"name": "tenant"}}, namespace)
+    # The platform's share of uploaded files, claimed in every tenant namespace (pvc:// files).
+    emulator.create(
+        "persistentvolumeclaims",
+        {
+            "metadata": {"name": "rlhf-files"},
+            "spec": {
+                "accessModes": ["ReadWriteMany"],
+                "resources": {"requests": {"storage": "10Gi"}},
+            },
+        },
+        namespace,
+    )
     emulator.create(
         f"{RBAC}/rolebindings",
         {
@@ -92,8 +104,10 @@ def _add_tenant(emulator: Emulator, security: Security, namespace: str) -> str:
 
 
 @contextlib.asynccontextmanager
-async def gateway_service(tmp_path: pathlib.Path, **settings: Any) -> AsyncIterator[Service]:
-    async with run_emulator(crds=[OUR_CRD], namespaces=["rlhf-system"]) as emulator:
+async def gateway_service(
+    tmp_path: pathlib.Path, crds: Iterable[Any] = (OUR_CRD,), **settings: Any
+) -> AsyncIterator[Service]:
+    async with run_emulator(crds=crds, namespaces=["rlhf-system"]) as emulator:
         security = emulator.enable_security()
         emulator.create("serviceaccounts", {"metadata": {"name": "rlhf-gateway"}}, "rlhf-system")
         _bind_cluster_role(emulator, "rlhf-gateway", _rules("gateway-rules.yaml"))
