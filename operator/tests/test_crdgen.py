@@ -98,6 +98,18 @@ def test_crd_metadata() -> None:
     assert yaml.safe_load(render_crd_yaml()) == crd
 
 
+def test_no_category_shadows_a_name_kubectl_is_given() -> None:
+    """kubectl expands a category before a short name: a category that equals a name of
+    either kind makes `kubectl get rlhf -w` and `kubectl describe rlhf NAME` refuse to run."""
+    names = [build_crd()["spec"]["names"], build_pipeline_crd()["spec"]["names"]]
+    typed = {n[key] for n in names for key in ("plural", "singular")}
+    typed |= {short for n in names for short in n["shortNames"]}
+    typed |= {n["kind"].lower() for n in names}
+    categories = {c for n in names for c in n["categories"]}
+    assert not categories & typed
+    assert names[0]["categories"] == names[1]["categories"]  # one word lists both kinds
+
+
 def test_pipeline_crd_is_committed_structural_and_named() -> None:
     committed = REPO / "crds" / PIPELINE_CRD_FILE
     assert committed.read_text() == render_pipeline_crd_yaml(), "run `rlhf-operator crd`"

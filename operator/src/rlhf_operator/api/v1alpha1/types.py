@@ -18,7 +18,10 @@ LIST_KIND = f"{KIND}List"
 PLURAL = "rlhfjobs"
 SINGULAR = "rlhfjob"
 SHORT_NAMES = ["rlhf"]
-CATEGORIES = ["rlhf", "ml"]
+# `kubectl get rlhf-all` lists jobs and pipelines together. No category may equal a short
+# name: kubectl expands a category first, so `rlhf` as both made `kubectl get rlhf -w` and
+# `kubectl describe rlhf NAME` refuse to run (several resource types).
+CATEGORIES = ["rlhf-all", "ml"]
 
 
 class Resource(BaseModel):
