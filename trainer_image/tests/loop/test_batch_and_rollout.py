@@ -11,14 +11,8 @@ import torch
 from rlhf_trainer.config import JobConfig
 from rlhf_trainer.distributed.forward import trim_padding
 from rlhf_trainer.loop.batch import Sample, to_batch
-from rlhf_trainer.loop.rollout import (
-    AgentError,
-    PromptInput,
-    load_agent_class,
-    multi_turn,
-    sample_seeds,
-    single_turn,
-)
+from rlhf_trainer.loop.rollout import PromptInput, multi_turn, sample_seeds, single_turn
+from rlhf_trainer.rewards.agent_runner import AgentError, ConfinedAgents
 
 PAD = 0
 
@@ -119,13 +113,13 @@ class AgentInstance:
 def test_multi_turn_keeps_generated_ids_and_masks_feedback(tmp_path: Path) -> None:
     path = tmp_path / "agent.py"
     path.write_text(AGENT)
-    agent = load_agent_class(path)
     # Two episodes per prompt; episode 0 finishes in turn 1, the others in turn 2.
     first = [[ord("!")], [ord("z")], [ord("y")], [ord("w")]]
     second = [[ord("o"), ord("!")], [ord("p"), ord("!")], [ord("q"), ord("!")]]
     engine = ScriptedEngine(first + second)
     job = cfg(agent={"mode": "multi-turn", "path": str(path), "maxTurns": 3})
-    samples = multi_turn(PROMPTS, engine, CharTokenizer(), job, 0, agent, max_context=64)
+    with ConfinedAgents(path) as agents:
+        samples = multi_turn(PROMPTS, engine, CharTokenizer(), job, 0, agents, max_context=64)
 
     assert samples[0].response_ids == [ord("!")] and samples[0].agent_reward == 1.0
     feedback = [ord(c) for c in "<0>"]
@@ -140,15 +134,15 @@ def test_multi_turn_keeps_generated_ids_and_masks_feedback(tmp_path: Path) -> No
 def test_agent_file_without_agent_instance_is_rejected(tmp_path: Path) -> None:
     path = tmp_path / "bad.py"
     path.write_text("x = 1\n")
-    with pytest.raises(AgentError, match="must define a class AgentInstance"):
-        load_agent_class(path)
+    with ConfinedAgents(path) as agents, pytest.raises(AgentError, match="must define a class"):
+        agents.start()
 
 
 def test_an_agent_file_that_does_not_import_is_named(tmp_path: Path) -> None:
     path = tmp_path / "agent.py"
     path.write_text("import no_such_module\n")
-    with pytest.raises(AgentError, match=r"rollout.agent.path: cannot import .*agent.py: "):
-        load_agent_class(path)
+    with ConfinedAgents(path) as agents, pytest.raises(AgentError, match="no_such_module"):
+        agents.start()
 
 
 def test_agent_code_that_raises_is_an_agent_error_naming_the_method(tmp_path: Path) -> None:
@@ -156,5 +150,8 @@ def test_agent_code_that_raises_is_an_agent_error_naming_the_method(tmp_path: Pa
     path.write_text(AGENT.replace("self.turns += 1", "self.turns += 1 / 0"))
     engine = ScriptedEngine([[ord("!")]] * 4)
     job = cfg(agent={"mode": "multi-turn", "path": str(path), "maxTurns": 3})
-    with pytest.raises(AgentError, match=r"AgentInstance\.step raised ZeroDivisionError"):
-        multi_turn(PROMPTS, engine, CharTokenizer(), job, 0, load_agent_class(path), 64)
+    with (
+        ConfinedAgents(path) as agents,
+        pytest.raises(AgentError, match=r"(?s)AgentInstance\.step: .*ZeroDivisionError"),
+    ):
+        multi_turn(PROMPTS, engine, CharTokenizer(), job, 0, agents, 64)

@@ -16,8 +16,9 @@ from test_batch_and_rollout import PROMPTS, CharTokenizer, cfg
 from rlhf_trainer.checkpoint import TrainerState
 from rlhf_trainer.loop.batch import Sample
 from rlhf_trainer.loop.pipeline import AsyncRollouts, plain_producer
-from rlhf_trainer.loop.rollout import load_agent_class, multi_turn, single_turn
+from rlhf_trainer.loop.rollout import multi_turn, single_turn
 from rlhf_trainer.loop.schedule import load_rollouts, version_metrics
+from rlhf_trainer.rewards.agent_runner import ConfinedAgents
 
 
 class PausableEngines:
@@ -142,7 +143,6 @@ def test_multi_turn_episodes_keep_every_version_of_their_turns(tmp_path: Path) -
     turn1 = [([ord("a")], (1,)), ([ord("b")], (1, 2)), ([ord("c")], (2,)), ([ord("d")], (2,))]
     turn2 = [([ord("e")], (2,)), ([ord("f")], (2, 3)), ([ord("g")], (3,)), ([ord("h")], (3,))]
     job = cfg(agent={"mode": "multi-turn", "path": str(path), "maxTurns": 2})
-    samples = multi_turn(
-        PROMPTS, labelled(turn1 + turn2), CharTokenizer(), job, 0, load_agent_class(path), 64
-    )
+    with ConfinedAgents(path) as agents:
+        samples = multi_turn(PROMPTS, labelled(turn1 + turn2), CharTokenizer(), job, 0, agents, 64)
     assert [s.weight_versions for s in samples] == [[1, 2], [1, 2, 3], [2, 3], [2, 3]]

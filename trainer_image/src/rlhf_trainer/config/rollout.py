@@ -7,6 +7,7 @@ from enum import StrEnum
 from pydantic import Field
 
 from .base import ConfigModel
+from .models import RewardErrorPolicy, RewardFunctionLimits
 
 
 class RolloutEngine(StrEnum):
@@ -21,11 +22,24 @@ class AgentMode(StrEnum):
 
 
 class AgentConfig(ConfigModel):
-    """A token-in/token-out agent loop; `path` is a Python file defining `AgentInstance`."""
+    """A token-in/token-out agent loop; `path` is a Python file defining `AgentInstance`.
+
+    The agent is untrusted code, contained as a reward function is: its own process (and
+    process group, killed whole), `limits`, an environment holding none of the job's secrets,
+    capped output, a time limit per call."""
 
     mode: AgentMode = AgentMode.SINGLE_TURN
     path: str | None = Field(None, min_length=1)
     max_turns: int = Field(1, ge=1, le=64)
+    timeout_seconds: float = Field(
+        60.0, gt=0, le=3600, description="Time limit of one call (reset or step of an episode)."
+    )
+    limits: RewardFunctionLimits = Field(default_factory=RewardFunctionLimits)
+    on_error: RewardErrorPolicy = Field(
+        RewardErrorPolicy.FAIL,
+        description="fail: a failing call ends the run. zero: the episode whose call failed "
+        "ends with reward 0 and the others go on (for agents that run untrusted model output).",
+    )
 
 
 class RolloutConfig(ConfigModel):

@@ -39,7 +39,7 @@ from .batch import Sample, behaviour_log_probs, to_batch
 from .estimators import compute_advantages, kl_statistic, process_scores
 from .evaluation import evaluate, is_eval_step
 from .pipeline import rollout_source
-from .rollout import PromptInput, Response, multi_turn, single_turn
+from .rollout import Agents, PromptInput, Response, multi_turn, single_turn
 from .state import (
     REWARD_STATS,
     advanced,
@@ -92,7 +92,7 @@ class Hooks:
     scorer: Scorer
     checkpoints: CheckpointStore
     reporter: Reporter
-    agent_cls: type | None = None
+    agents: Agents | None = None  # the multi-turn agent, in its confined process
     # PPO-ptx: the pretraining batches the actor also models (None without algorithm.ptxCoef).
     pretrain: PretrainBatches | None = None
 
@@ -242,7 +242,7 @@ class Trainer:
             PromptInput(i, it.prompt_text, list(it.prompt_ids), it.label)
             for i, it in enumerate(items)
         ]
-        if self.hooks.agent_cls is None:
+        if self.hooks.agents is None:
             return single_turn(prompts, engine, self.tokenizer, cfg, step, stream)
         return multi_turn(
             prompts,
@@ -250,7 +250,7 @@ class Trainer:
             self.tokenizer,
             cfg,
             step,
-            self.hooks.agent_cls,
+            self.hooks.agents,
             self.cluster.max_context(),
             stream,
         )

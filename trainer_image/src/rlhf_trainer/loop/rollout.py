@@ -5,7 +5,8 @@ episode's context unchanged (never decode-then-re-encode, which drifts: BPE does
 round-trip). Environment feedback is encoded once and appended with action mask 0, so the
 policy is trained only on tokens it generated.
 
-A user's agent file defines `AgentInstance` (one instance per episode):
+A user's agent file defines `AgentInstance` (one instance per episode, in the agent's own
+confined process: `rewards.agent_runner`):
 
     class AgentInstance:
         def reset(self, prompt: str, label) -> None: ...
@@ -14,20 +15,18 @@ A user's agent file defines `AgentInstance` (one instance per episode):
 
 `response` is the text of the latest turn only. An episode ends when `done` is true, after
 `maxTurns` turns, or when the context would exceed the model's length. A file that does not
-import, or agent code that raises, is `AgentError`: a fault of the job, not of the machine.
+import, agent code that raises or reaches one of `rollout.agent.limits`, is `AgentError`: a
+fault of the job, not of the machine (under `onError: zero`, only that episode's reward is 0).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
 from rlhf_trainer.config import JobConfig
-from rlhf_trainer.config.outcome import InvalidSpecError
 
 from .batch import Sample
 
@@ -106,41 +105,20 @@ def single_turn(
     return samples
 
 
-class AgentError(InvalidSpecError, RuntimeError):
-    """The user's agent failed: its file does not import or lacks `AgentInstance`, or its
-    code raised (the message names the method and keeps the user's error)."""
+class Agents(Protocol):
+    """The job's agent, one instance per episode (`rewards.agent_runner.ConfinedAgents`: in
+    its own confined process, as a reward function)."""
 
-
-def load_agent_class(path: Path) -> type:
-    """`AgentInstance` from a user's Python file."""
-    spec = importlib.util.spec_from_file_location(f"rlhf_agent_{path.stem}", path)
-    if spec is None or spec.loader is None:
-        raise AgentError(f"rollout.agent.path: cannot import {path}: not a Python file")
-    module = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(module)
-    except Exception as err:
-        raise AgentError(
-            f"rollout.agent.path: cannot import {path}: {type(err).__name__}: {err}"
-        ) from err
-    cls = getattr(module, "AgentInstance", None)
-    if not isinstance(cls, type):
-        raise AgentError(f"rollout.agent.path: {path} must define a class AgentInstance")
-    return cls
-
-
-def _agent_call(what: str, fn: Callable[..., Any], *args: Any) -> Any:
-    """Call the user's agent code; its exceptions become `AgentError` naming the method."""
-    try:
-        return fn(*args)
-    except Exception as err:
-        raise AgentError(f"AgentInstance.{what} raised {type(err).__name__}: {err}") from err
+    def reset(self, prompt: str, label: Any) -> int: ...
+    def step(self, episode: int, response: str, turn: int) -> dict[str, Any]: ...
+    def finish(self, episodes: list[int]) -> None: ...
+    def abandon(self, episodes: list[int]) -> None: ...
 
 
 @dataclass
 class _Episode:
     prompt: PromptInput
-    agent: Any
+    agent: int  # the episode's id with `Agents`
     response_ids: list[int]
     action_mask: list[int]
     reward: float | None = None
@@ -158,38 +136,21 @@ def multi_turn(
     tokenizer: Tokenizer,
     cfg: JobConfig,
     step: int,
-    agent_cls: type,
+    agents: Agents,
     max_context: int,
     stream: str = "",
 ) -> list[Sample]:
     """Run one episode per (prompt, sample): generate, let the agent answer, repeat."""
     n = cfg.rollout.samples_per_prompt
-    max_turns = cfg.rollout.agent.max_turns if cfg.rollout.agent else 1
-    episodes = []
-    for p in prompts:
-        for _ in range(n):
-            agent = _agent_call("__init__", agent_cls)
-            if hasattr(agent, "reset"):
-                _agent_call("reset", agent.reset, p.text, p.label)
-            episodes.append(_Episode(p, agent, [], []))
-    for turn in range(max_turns):
-        active = [(i, e) for i, e in enumerate(episodes) if not e.done]
-        if not active:
-            break
-        contexts = [e.prompt.ids + e.response_ids for _, e in active]
-        budget = min(cfg.rollout.max_new_tokens, max_context - max(len(c) for c in contexts))
-        if budget <= 0:
-            break
-        seeds = sample_seeds(cfg.training.seed, step, len(episodes), turn, stream)
-        outputs = generate(contexts, [seeds[i] for i, _ in active], 1, budget)
-        for (_, episode), [response] in zip(active, outputs, strict=True):
-            if turn == 0:
-                episode.logprobs = [] if len(response) > 2 else None
-            if episode.logprobs is not None:
-                episode.logprobs += _logprobs(response) or []
-            episode.versions += [v for v in _versions(response) if v not in episode.versions]
-            ids, reason = list(response[0]), response[1]
-            _advance(episode, ids, reason, tokenizer, turn, turn + 1 == max_turns)
+    episodes = [
+        _Episode(p, agents.reset(p.text, p.label), [], []) for p in prompts for _ in range(n)
+    ]
+    try:
+        _turns(episodes, generate, tokenizer, cfg, step, agents, max_context, stream)
+    except BaseException:
+        agents.abandon([e.agent for e in episodes])
+        raise
+    agents.finish([e.agent for e in episodes])
     return [
         Sample(
             prompt_index=e.prompt.index,
@@ -212,22 +173,51 @@ def multi_turn(
     ]
 
 
+def _turns(
+    episodes: list[_Episode],
+    generate: GenerateFn,
+    tokenizer: Tokenizer,
+    cfg: JobConfig,
+    step: int,
+    agents: Agents,
+    max_context: int,
+    stream: str,
+) -> None:
+    max_turns = cfg.rollout.agent.max_turns if cfg.rollout.agent else 1
+    for turn in range(max_turns):
+        active = [(i, e) for i, e in enumerate(episodes) if not e.done]
+        if not active:
+            break
+        contexts = [e.prompt.ids + e.response_ids for _, e in active]
+        budget = min(cfg.rollout.max_new_tokens, max_context - max(len(c) for c in contexts))
+        if budget <= 0:
+            break
+        seeds = sample_seeds(cfg.training.seed, step, len(episodes), turn, stream)
+        outputs = generate(contexts, [seeds[i] for i, _ in active], 1, budget)
+        for (_, episode), [response] in zip(active, outputs, strict=True):
+            if turn == 0:
+                episode.logprobs = [] if len(response) > 2 else None
+            if episode.logprobs is not None:
+                episode.logprobs += _logprobs(response) or []
+            episode.versions += [v for v in _versions(response) if v not in episode.versions]
+            ids, reason = list(response[0]), response[1]
+            _advance(episode, ids, reason, tokenizer, agents, turn, turn + 1 == max_turns)
+
+
 def _advance(
-    episode: _Episode, ids: list[int], reason: str, tokenizer: Tokenizer, turn: int, last: bool
+    episode: _Episode,
+    ids: list[int],
+    reason: str,
+    tokenizer: Tokenizer,
+    agents: Agents,
+    turn: int,
+    last: bool,
 ) -> None:
     episode.response_ids += ids
     episode.action_mask += [1] * len(ids)
     episode.turns = turn + 1
     episode.finish_reason = reason
-    text = tokenizer.decode(ids, skip_special_tokens=True)
-    result = _agent_call(
-        "step", episode.agent.step, episode.prompt.text, text, episode.prompt.label, turn
-    )
-    if not isinstance(result, dict):
-        raise AgentError(
-            "AgentInstance.step must return a dict with reward/feedback/done; "
-            f"got {type(result).__name__}"
-        )
+    result = agents.step(episode.agent, tokenizer.decode(ids, skip_special_tokens=True), turn)
     reward = result.get("reward")
     if reward is not None:
         episode.reward = (episode.reward or 0.0) + float(reward)

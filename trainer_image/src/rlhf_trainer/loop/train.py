@@ -51,10 +51,10 @@ def train_rollouts(
         resolve_model_dir,
     )
     from rlhf_trainer.models.tiny import ModelKind
+    from rlhf_trainer.rewards.agent_runner import ConfinedAgents
 
     from .driver import Hooks
     from .hooks import open_scorer
-    from .rollout import load_agent_class
 
     cfg, base = ctx.cfg, ctx.base_dir
     torch.manual_seed(cfg.training.seed)
@@ -72,10 +72,17 @@ def train_rollouts(
         resolve_model_dir(rm, cache, "causal-lm" if rm.process else "reward", base)
         for rm in models.reward_models
     )
-    agent_cls = None
+    agents = None
     agent = cfg.rollout.agent
     if agent is not None and agent.path is not None:
-        agent_cls = load_agent_class(resolve_path(agent.path, base, "rollout.agent.path"))
+        agents = ConfinedAgents(
+            resolve_path(agent.path, base, "rollout.agent.path"),
+            timeout_seconds=agent.timeout_seconds,
+            limits=agent.limits,
+            on_error=agent.on_error,
+        )
+        ctx.on_close(agents.close)
+        agents.start()  # a file that does not load fails here, before any model loads
 
     tokenizer = load_tokenizer(actor_dir, LoadOptions.of(models.actor))
     prompts = load_prompts(cfg.data, tokenizer, base, cfg.training.seed)
@@ -107,7 +114,7 @@ def train_rollouts(
             samples * cfg.training.ppo_epochs,
             int(tokenizer.pad_token_id),
         )
-    hooks = Hooks(scorer, checkpoints, reporter, agent_cls, pretrain)
+    hooks = Hooks(scorer, checkpoints, reporter, agents, pretrain)
     trainer = trainer_cls(
         cfg,
         cluster,

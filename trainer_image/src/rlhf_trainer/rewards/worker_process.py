@@ -1,6 +1,6 @@
-"""One reward-function worker process, as the driver holds it: started in its own session with
-the allowlisted environment, its two output streams read in bounded chunks, its processes
-counted, and killed whole.
+"""One confined worker process (a reward function's or an agent's), as the driver holds it:
+started in its own session with the allowlisted environment, its two output streams read in
+bounded chunks, its processes counted, and killed whole.
 
 Both streams are read with `os.read` in chunks, never by line: a function that prints a
 gigabyte without a newline must not make the driver buffer a gigabyte. What it prints is
@@ -35,13 +35,18 @@ _ENVELOPE = 4096  # a reply's JSON around its result
 
 
 class WorkerProcess:
-    def __init__(self, path: Path, limits: RewardFunctionLimits) -> None:
+    """`module` is the worker's entry point: `_worker` (a reward function) or `_agent_worker`
+    (a multi-turn agent); both confine themselves the same way (`_confine`)."""
+
+    def __init__(
+        self, path: Path, limits: RewardFunctionLimits, module: str = WORKER_MODULE
+    ) -> None:
         self.limits = limits
         self.proc = subprocess.Popen(
             [
                 sys.executable,
                 "-m",
-                WORKER_MODULE,
+                module,
                 str(path),
                 json.dumps(limits.model_dump(by_alias=False)),
             ],
