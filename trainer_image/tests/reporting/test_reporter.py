@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -121,14 +122,9 @@ def test_examples_from_the_driver_are_logged(tmp_path: Path) -> None:
     assert record["examples"] == examples
 
 
-def test_wandb_missing_is_a_clear_error(tmp_path: Path) -> None:
+def test_wandb_missing_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("torch")
-    try:
-        import wandb  # noqa: F401
-    except ImportError:
-        pass
-    else:
-        pytest.skip("wandb is installed here")
+    monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` raises ImportError
     cfg = LoggingConfig.model_validate({"wandb": {"project": "p", "mode": "offline"}})
     with pytest.raises(RuntimeError, match="wandb package is not installed"):
         build_reporter(cfg, tmp_path, console=io.StringIO(), env={})

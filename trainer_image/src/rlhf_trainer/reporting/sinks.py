@@ -165,3 +165,6 @@ class WandbSink:
 
     def close(self) -> None:
         self.run.finish()
+        # wandb 0.31's finish returns before its core process has written the run's file
+        # (offline: `wandb/offline-run-*/run-*.wandb`); teardown waits for it.
+        self._wandb.teardown()
