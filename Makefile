@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: venv tools demo test lint typecheck imports crd bench-deps clean-venv
+.PHONY: venv tools images demo test lint typecheck imports crd bench-deps clean-venv
 
 # Installs the operator, the trainer (CPU pins) and the dev tools into ./.venv, once.
 $(VENV)/.installed: pyproject.toml
@@ -26,6 +26,14 @@ venv: $(VENV)/.installed
 tools: venv
 	@scripts/build-apiserver.sh || echo "WARNING: apiserver build failed: the apiserver tier will be SKIPPED"
 	@PYTHON=$(PY) scripts/get-helm.sh >/dev/null
+
+# The operator and CPU trainer images from their Dockerfiles (scripts/build-images.sh: the running
+# Docker daemon, or a private one under ~/.cache stopped afterwards; a stand-in base made once
+# where none can be pulled), checked, and exported for the local substrate (e2e/local), which
+# then runs its pods from them. Unchanged sources build nothing. Needs Docker (Debian: docker.io,
+# debootstrap).
+images:
+	scripts/build-images.sh
 
 demo: venv
 	$(VENV)/bin/rlhf run manifests/examples/tiny-ppo-cpu.yaml

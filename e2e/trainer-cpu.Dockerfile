@@ -10,6 +10,9 @@ FROM python:${PYTHON_VERSION}-slim-bookworm
 ARG TORCH_VERSION=2.13.0
 ARG RAY_VERSION=2.60.0
 ARG DEEPSPEED_VERSION=0.19.8
+# Where pip finds the CPU torch wheel: PyTorch's CPU index. scripts/build-images.sh points it at
+# a local index holding the same CPU wheel where that index cannot be reached.
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 
 ENV PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
@@ -24,7 +27,7 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 
 # The CPU torch wheel first, from PyTorch's CPU index, so that nothing pulls a CUDA build.
-RUN pip install --index-url https://download.pytorch.org/whl/cpu "torch==${TORCH_VERSION}"
+RUN pip install --index-url "${TORCH_INDEX_URL}" "torch==${TORCH_VERSION}"
 
 # DeepSpeed with its shared-memory collectives op (deepspeed_shm_comm) prebuilt against that
 # torch, as trainer_image/Dockerfile prebuilds fused Adam: otherwise every rank JIT-compiles
