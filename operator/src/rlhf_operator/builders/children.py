@@ -31,10 +31,17 @@ class Children:
 
 
 def render_children(
-    job: RLHFJob, settings: OperatorSettings, *, attempt: int = 0, suspend: bool | None = None
+    job: RLHFJob,
+    settings: OperatorSettings,
+    *,
+    attempt: int = 0,
+    suspend: bool | None = None,
+    allocation: Allocation | None = None,
 ) -> Children:
-    """Pure. Raises PlacementError / BuildError (both name the spec field) when impossible."""
-    allocation = plan(job.spec)
+    """Pure. `allocation`: the job's plan when the caller has it (a reconcile pass planned
+    it once), else planned here. Raises PlacementError / BuildError (both name the spec
+    field) when impossible."""
+    allocation = allocation if allocation is not None else plan(job.spec)
     support = [
         build_service_account(job),
         build_report(job),

@@ -6,21 +6,30 @@ from typing import Any
 
 import yaml
 
-from rlhf_trainer.config import resolve_job
+from rlhf_trainer.config import JobConfig, JobSpec, resolve_job
 from rlhf_trainer.config.locations import set_field
 
 from ..api.v1alpha1 import RLHFJob
 from .common import CONFIG_KEY, JSON, config_map_name, metadata
 from .volumes import checkpoint_dir, config_map_path, pod_locations
 
+# The spec's Kubernetes parts (image, env, runPolicy, ...): not the trainer's business.
+_KUBERNETES_KEYS = {
+    field.alias or name
+    for name, field in JobSpec.model_fields.items()
+    if name not in JobConfig.model_fields
+}
+
 
 def pod_job_config(job: RLHFJob) -> dict[str, Any]:
-    """`spec.job_config()` as a manifest, with locations rewritten for the pod (volumes.py
+    """The trainer's part of the spec (`spec.job_config()`) as a manifest, with locations
+    rewritten for the pod (volumes.py
     mounts them): a `pvc://` location becomes the path of its mount, a `configMapRef` file
     (data, reward function) a plain `path` to the mounted file, and checkpoints go to the
     job's directory on its storage volume. With `placement.auto` the pods get the values it
     chose (auto off): the trainer places exactly the GPUs the operator requested."""
-    config = resolve_job(job.spec.job_config()).to_manifest()
+    manifest = resolve_job(job.spec).to_manifest()  # the spec is a JobConfig: no re-validation
+    config = {k: v for k, v in manifest.items() if k not in _KUBERNETES_KEYS}
     for field, path in pod_locations(job).items():
         set_field(config, field, path)
     data = config["data"]

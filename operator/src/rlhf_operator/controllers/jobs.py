@@ -29,6 +29,7 @@ from ..kube.apply import Applied, Outcome
 from ..kube.client import ApiError, KubeApi
 from ..reconcile.decide import Decision, decide, status_patch
 from ..reconcile.events import Event, EventReason, EventType
+from ..reconcile.parse import parse
 from ..settings import OperatorSettings
 from .applier import Applier
 from .metrics import Metrics
@@ -139,13 +140,14 @@ class Controller:
         return decision
 
     async def _pass(self, key: Key, body: JSON) -> Decision:
-        observed = await self.reader.observe(key, body, self.applier.reported_failures(key))
+        parsed = parse(body, self.settings)  # once per pass: read by everything below
+        observed = await self.reader.observe(key, parsed, self.applier.reported_failures(key))
         probably_new = not body.get("status") and not observed.ray_jobs
         outcomes: list[Applied] = []
         # A second round when applying found (or cleared) a conflict or a refusal: the
         # decision depends on them (no RayJob while one of its children is missing).
         for round_ in range(2):
-            decision = decide(body, observed, self.settings, self.clock())
+            decision = decide(parsed, observed, self.settings, self.clock())
             writes = round_ == 0 and self.applier.would_send(key, decision.apply)
             if writes and not await self._still_there(key, body):
                 return decision  # deleted (or replaced) meanwhile: act on nothing
@@ -160,7 +162,7 @@ class Controller:
             )
             if (conflicts, failures) == (observed.conflicts, observed.apply_failures):
                 break
-            self.reader.set_conflicts(key, body, conflicts)
+            self.reader.set_conflicts(key, parsed, conflicts)
             observed = replace(observed, conflicts=conflicts, apply_failures=failures)
             outcomes = [a for a in outcomes if a.outcome is not Outcome.CONFLICT]
         self.applier.keep_only(key, decision.apply)

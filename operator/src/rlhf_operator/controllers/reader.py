@@ -13,14 +13,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from pydantic import ValidationError
-
-from ..api.v1alpha1 import JobInput, RLHFJob, TrainerReport
+from ..api.v1alpha1 import JobInput, TrainerReport
 from ..builders.common import ATTEMPT_LABEL, JOB_LABEL, report_name
 from ..builders.volumes import referenced_objects
 from ..kube.client import ApiError, KubeApi
 from ..reconcile.inputs import Producer, named_jobs, pinned_inputs, with_inputs
 from ..reconcile.observed import ApplyFailure, Observed, PodObservation, parse_report
+from ..reconcile.parse import Parsed
 from ..settings import OperatorSettings
 
 logger = logging.getLogger(__name__)
@@ -51,25 +50,19 @@ def job_key(body: Mapping[str, Any]) -> Key:
     return str(meta.get("namespace", "")), str(meta.get("name", ""))
 
 
-def generation_of(body: Mapping[str, Any]) -> int | None:
-    value = (body.get("metadata") or {}).get("generation")
-    return int(value) if value is not None else None
-
-
 def _attempt(body: Mapping[str, Any], observed: Observed) -> int:
     restarts = int((body.get("status") or {}).get("restarts") or 0)
     return max(restarts, observed.latest_attempt)
 
 
-def dependencies(body: Mapping[str, Any]) -> list[tuple[JSON, str]]:
+def dependencies(parsed: Parsed) -> list[tuple[JSON, str]]:
     """Objects the spec references that the pods cannot start without: (object ref, label).
     The same list the pods mount (builders/volumes.py); Secrets are not read by the operator:
-    a missing one shows on the pods (CreateContainerConfigError)."""
-    try:
-        job = with_inputs(RLHFJob.model_validate({**body, "status": None}), pinned(body))
-    except ValidationError:
+    a missing one shows on the pods (CreateContainerConfigError). None for an invalid spec."""
+    if parsed.job is None:
         return []
-    namespace = job_key(body)[0]
+    job = with_inputs(parsed.job, pinned(parsed.body))
+    namespace = job.namespace
     return [
         (
             {"apiVersion": "v1", "kind": kind, "metadata": {"name": name, "namespace": namespace}},
@@ -104,15 +97,16 @@ class Reader:
         self._pods_forbidden = False  # said once in the log, not every interval
 
     async def observe(
-        self, key: Key, body: JSON, refused: tuple[ApplyFailure, ...] = ()
+        self, key: Key, parsed: Parsed, refused: tuple[ApplyFailure, ...] = ()
     ) -> Observed:
+        body = parsed.body
         uid = (body.get("metadata") or {}).get("uid")
         # Never an orphan, a former job's or anyone else's RayJob, whatever its labels.
         ray_jobs = [o for o in list(self.ray_jobs.get(key) or ()) if controlled_by(o, uid)]
         observed = Observed.of(
             ray_jobs, report=self._report(key, uid), producers=self._producers(key[0], body)
         )
-        blockers = await self._blockers_for(key, body, observed)
+        blockers = await self._blockers_for(key, parsed, observed)
         return replace(
             observed,
             missing_dependencies=blockers.missing,
@@ -121,7 +115,7 @@ class Reader:
             pods=await self._pods_for(key, body, observed),
         )
 
-    def _producers(self, namespace: str, body: JSON) -> dict[str, Producer | None]:
+    def _producers(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Producer | None]:
         """The jobs named by `fromJob`, as the watch cache has them (the newest live one of
         each name)."""
         out: dict[str, Producer | None] = {}
@@ -147,14 +141,14 @@ class Reader:
                 return parse_report(obj.get("data"))
         return None
 
-    def set_conflicts(self, key: Key, body: JSON, conflicts: tuple[str, ...]) -> None:
-        blockers = self._blockers.get(key) or Blockers(generation_of(body))
+    def set_conflicts(self, key: Key, parsed: Parsed, conflicts: tuple[str, ...]) -> None:
+        blockers = self._blockers.get(key) or Blockers(parsed.generation)
         self._blockers[key] = replace(blockers, conflicts=conflicts)
 
-    async def _blockers_for(self, key: Key, body: JSON, observed: Observed) -> Blockers:
+    async def _blockers_for(self, key: Key, parsed: Parsed, observed: Observed) -> Blockers:
         """Check referenced ConfigMaps/PVCs exist, only while the attempt's RayJob does not
         (once pods run, they hold what they mounted), at most every dependency_retry_seconds."""
-        generation = generation_of(body)
+        body, generation = parsed.body, parsed.generation
         known = self._blockers.get(key)
         if observed.attempt(_attempt(body, observed)) is not None:
             return Blockers(generation)
@@ -169,14 +163,14 @@ class Reader:
         if fresh and known is not None:
             return known
         missing = tuple(
-            [label for ref, label in dependencies(body) if await self.api.get(ref) is None]
+            [label for ref, label in dependencies(parsed) if await self.api.get(ref) is None]
         )
         conflicts = known.conflicts if known is not None and known.generation == generation else ()
         self._blockers[key] = Blockers(generation, missing, conflicts, time.monotonic())
         return self._blockers[key]
 
     async def _pods_for(
-        self, key: Key, body: JSON, observed: Observed
+        self, key: Key, body: Mapping[str, Any], observed: Observed
     ) -> tuple[PodObservation, ...]:
         """The pods of the current attempt while it starts: first listed once it has started
         for dependency_retry_seconds, then at most that often; none otherwise (a running

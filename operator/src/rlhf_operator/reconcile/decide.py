@@ -1,7 +1,8 @@
-"""One reconcile pass as a pure decision: (RLHFJob body, observed, settings, now) -> Decision.
+"""One reconcile pass as a pure decision: (parsed RLHFJob, observed, settings, now) -> Decision.
 
-validate (the spec, then the platform's policy) -> plan -> status (the run policy) -> the
-children that must exist, the RayJobs to delete, the events to post, when to look again.
+The job comes parsed (`parse.py`: validated, checked against the platform's policy, placed,
+once per pass) -> its `fromJob` inputs -> status (the run policy) -> the children that must
+exist, the RayJobs to delete, the events to post, when to look again.
 `controllers/jobs.py` carries the decision out against the API server; nothing here does I/O, so
 every case is a table row in the tests.
 """
@@ -13,11 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from pydantic import ValidationError
-
-from rlhf_trainer.config import ConfigModel, JobSpec, cluster_problems, validation_messages
-from rlhf_trainer.config.documents import document_problems, quote
-from rlhf_trainer.config.loading import NAME_MAX_LENGTH, NAME_PATTERN
+from rlhf_trainer.config import ConfigModel
 
 from ..api.v1alpha1 import (
     ConditionReason,
@@ -27,9 +24,8 @@ from ..api.v1alpha1 import (
     RLHFJobStatus,
     TrainerReport,
 )
-from ..builders.allocation import PlacementError, plan
 from ..builders.children import render_children
-from ..builders.common import JSON, BuildError, report_name, trainer_image
+from ..builders.common import JSON, report_name
 from ..builders.secret import RAY_TOKEN_KEY
 from ..settings import OperatorSettings
 from .conditions import Conditions, F, T
@@ -38,7 +34,7 @@ from .evaluate import STOPPING_FAILURES, evaluate, invalid_status, is_finished, 
 from .events import Event, transition_events
 from .inputs import Resolution, resolve, with_inputs
 from .observed import Observed
-from .platform_policy import policy_problems
+from .parse import Parsed, parse
 
 # Paths inside a RayJob that another controller owns while the job waits in a Kueue queue.
 SUSPEND_PATH = ("spec", "suspend")
@@ -59,65 +55,14 @@ class Decision:
     problems: list[str] = field(default_factory=list)
 
 
-def spec_problems(body: Mapping[str, Any]) -> list[str]:
-    """Field-level problems of the body's name and spec, beyond what the CRD enforces."""
-    problems: list[str] = []
-    name = str((body.get("metadata") or {}).get("name", ""))
-    if len(name) > NAME_MAX_LENGTH or not NAME_PATTERN.match(name):
-        problems.append(
-            f"metadata.name: must be a DNS-1035 label of at most {NAME_MAX_LENGTH} characters "
-            f"(children are named after it); got {quote(name)}"
-        )
-    unstorable = document_problems(body.get("spec") or {}, "spec")
-    if unstorable:
-        return problems + unstorable
-    try:
-        spec = JobSpec.model_validate(body.get("spec") or {})
-    except ValidationError as err:
-        problems += validation_messages(err, prefix="spec")
-        return problems
-    # What `rlhf run` can run but no pod can (`rlhf validate --cluster` says the same).
-    problems += [p.render("spec") for p in cluster_problems(spec)]
-    return problems
-
-
-def previous_status(body: Mapping[str, Any]) -> tuple[RLHFJobStatus | None, TrainerReport | None]:
-    """The stored status and the trainer's report as last mirrored into it; a part that does
-    not parse is ignored (recomputed) rather than blocking the job."""
-    raw = body.get("status") or {}
-    trainer: TrainerReport | None = None
-    if isinstance(raw.get("trainer"), Mapping):
-        try:
-            trainer = TrainerReport.model_validate(raw["trainer"])
-        except ValidationError:
-            trainer = None
-    ours = {k: v for k, v in raw.items() if k != "trainer"}
-    if not ours:
-        return None, trainer
-    try:
-        return RLHFJobStatus.model_validate(ours), trainer
-    except ValidationError:
-        return None, trainer
-
-
-def _generation(body: Mapping[str, Any]) -> int | None:
-    value = (body.get("metadata") or {}).get("generation")
-    return int(value) if value is not None else None
-
-
 def _invalid(
-    body: Mapping[str, Any],
-    prev: RLHFJobStatus | None,
-    trainer: TrainerReport | None,
-    observed: Observed,
-    reason: ConditionReason,
-    problems: list[str],
-    now: datetime,
+    parsed: Parsed, trainer: TrainerReport | None, observed: Observed, now: datetime
 ) -> Decision:
-    message = "; ".join(problems)
+    reason = parsed.refusal.reason if parsed.refusal else ConditionReason.SPEC_INVALID
+    message = "; ".join(parsed.problems)
     status = invalid_status(
-        prev,
-        generation=_generation(body),
+        parsed.previous,
+        generation=parsed.generation,
         reason=reason,
         message=message,
         has_ray_job=bool(observed.ray_jobs),
@@ -125,9 +70,9 @@ def _invalid(
     ).model_copy(update={"trainer": trainer})
     return Decision(
         status=status,
-        events=tuple(transition_events(prev, status)),
+        events=tuple(transition_events(parsed.previous, status)),
         invalid=message,
-        problems=problems,
+        problems=parsed.problems,
     )
 
 
@@ -140,53 +85,43 @@ def _desired(job: RLHFJob, obj: JSON) -> Desired:
 
 
 def decide(
-    body: Mapping[str, Any], observed: Observed, settings: OperatorSettings, now: datetime
+    job: Parsed | Mapping[str, Any],
+    observed: Observed,
+    settings: OperatorSettings,
+    now: datetime,
 ) -> Decision:
-    prev, mirrored = previous_status(body)
+    """The whole pass as a value. `job` is the body as `parse` read it once for this pass (a
+    raw body is parsed here: the tests' tables hand bodies)."""
+    parsed = job if isinstance(job, Parsed) else parse(job, settings)
+    prev = parsed.previous
     # The report object is the truth; the mirror stands in while it is not seen (or empty).
-    trainer = observed.report if observed.report is not None else mirrored
-    problems = spec_problems(body)
-    if problems:
-        return _invalid(body, prev, trainer, observed, ConditionReason.SPEC_INVALID, problems, now)
-    job = RLHFJob.model_validate({**body, "status": prev.to_manifest() if prev else None})
-    problems = policy_problems(job.spec, settings)
-    if problems:
-        reason = ConditionReason.POLICY_VIOLATION
-        return _invalid(body, prev, trainer, observed, reason, problems, now)
-    try:
-        plan(job.spec)  # the builders' only other failure is the image, checked next
-        trainer_image(job, settings)
-    except PlacementError as err:
-        reason = ConditionReason.PLACEMENT_IMPOSSIBLE
-        return _invalid(body, prev, trainer, observed, reason, [str(err)], now)
-    except BuildError as err:
-        reason = ConditionReason.SPEC_INVALID
-        return _invalid(body, prev, trainer, observed, reason, [str(err)], now)
-
-    resolution = resolve(job.spec, prev.inputs if prev else None, observed.producers)
+    trainer = observed.report if observed.report is not None else parsed.mirrored
+    if parsed.job is None or parsed.allocation is None:
+        return _invalid(parsed, trainer, observed, now)
+    resolution = resolve(parsed.job.spec, prev.inputs if prev else None, observed.producers)
     if not resolution.ready:
-        return _blocked_on_inputs(body, prev, trainer, resolution, settings, now)
-    job = with_inputs(job, resolution.inputs)
-    evaluation = evaluate(job, observed, trainer, now)
-    status = _inputs_ready(evaluation.status, resolution, _generation(body), now)
+        return _blocked_on_inputs(parsed, trainer, resolution, settings, now)
+    valid = with_inputs(parsed.job, resolution.inputs)
+    evaluation = evaluate(valid, parsed.allocation, observed, trainer, now)
+    status = _inputs_ready(evaluation.status, resolution, parsed.generation, now)
     events = tuple(transition_events(prev, status))
     if is_finished(status):
-        return _finished(job, status, observed, events, now)
+        return _finished(valid, status, observed, events, now)
 
     attempt = status.restarts
-    children = render_children(job, settings, attempt=attempt)
-    apply = [_desired(job, obj) for obj in children.support]
+    children = render_children(valid, settings, attempt=attempt, allocation=parsed.allocation)
+    apply = [_desired(valid, obj) for obj in children.support]
     waiting = None
     # The RayJob's pods would mount what could not be applied: it waits for the rest.
     support_failed = any(f.kind != "RayJob" for f in observed.apply_failures)
     if observed.missing_dependencies:
         waiting = "waiting for " + ", ".join(observed.missing_dependencies)
     elif not observed.conflicts and not support_failed:
-        queued_by_kueue = job.spec.placement.queue_name is not None
-        preserve = (SUSPEND_PATH,) if queued_by_kueue and not job.spec.run_policy.suspend else ()
+        queued_by_kueue = valid.spec.placement.queue_name is not None
+        preserve = (SUSPEND_PATH,) if queued_by_kueue and not valid.spec.run_policy.suspend else ()
         apply.append(Desired(children.ray_job, preserve=preserve))
     stale = tuple(o.name for o in observed.ray_jobs if o.attempt < attempt and not o.deleting)
-    waits = [_deadline_wait(job, status, now)]
+    waits = [_deadline_wait(valid, status, now)]
     if evaluation.wake_at is not None:
         waits.append(max(0.0, (evaluation.wake_at - now).total_seconds()))
     if status.phase is Phase.PROVISIONING:
@@ -216,8 +151,7 @@ def _inputs_ready(
 
 
 def _blocked_on_inputs(
-    body: Mapping[str, Any],
-    prev: RLHFJobStatus | None,
+    parsed: Parsed,
     trainer: TrainerReport | None,
     resolution: Resolution,
     settings: OperatorSettings,
@@ -227,8 +161,9 @@ def _blocked_on_inputs(
     for a job that has not succeeded, and fails for one that failed; either way it is looked
     at again when that job changes (the operator watches it), so it recovers when the
     producing job is re-created and succeeds."""
+    prev = parsed.previous
     base = prev or RLHFJobStatus()
-    generation = _generation(body)
+    generation = parsed.generation
     conds = Conditions(base.conditions, now, generation)
     conds.set(ConditionType.VALID, T, ConditionReason.SPEC_VALID, "")
     message = resolution.summary

@@ -33,6 +33,7 @@ from datetime import datetime
 from rlhf_trainer.config import Device
 
 from ..api.v1alpha1 import (
+    Allocation,
     ConditionReason,
     ConditionType,
     Phase,
@@ -40,7 +41,6 @@ from ..api.v1alpha1 import (
     RLHFJobStatus,
     TrainerReport,
 )
-from ..builders.allocation import plan
 from ..builders.common import ray_job_name
 from ..builders.volumes import job_output
 from .conditions import (
@@ -62,7 +62,6 @@ __all__ = [
     "STOPPING_FAILURES",
     "TERMINAL_FAILURES",
     "Evaluation",
-    "compute_status",
     "evaluate",
     "format_time",
     "invalid_status",
@@ -93,12 +92,6 @@ class Evaluation:
     wake_at: datetime | None = None
 
 
-def compute_status(
-    job: RLHFJob, observed: Observed, trainer_report: TrainerReport | None, now: datetime
-) -> RLHFJobStatus:
-    return evaluate(job, observed, trainer_report, now).status
-
-
 def _children_applied(conds: Conditions, observed: Observed) -> None:
     if observed.conflicts:
         taken = "; ".join(observed.conflicts)
@@ -118,13 +111,16 @@ CONFLICT_HINT = (
 
 
 def evaluate(
-    job: RLHFJob, observed: Observed, trainer_report: TrainerReport | None, now: datetime
+    job: RLHFJob,
+    allocation: Allocation,
+    observed: Observed,
+    trainer_report: TrainerReport | None,
+    now: datetime,
 ) -> Evaluation:
-    """The status of a valid job (the spec parsed and placement succeeded: `plan` is pure and
-    called again here). `job.status` is the previous status."""
+    """The status of a valid job (parsed and placed once for the pass: `allocation` is its
+    plan). `job.status` is the previous status."""
     prev = job.status or RLHFJobStatus()
     generation = _generation(job)
-    allocation = plan(job.spec)
     conds = Conditions(prev.conditions, now, generation)
     conds.set(ConditionType.VALID, T, R.SPEC_VALID, "")
     failed_before = conds.get(ConditionType.FAILED)

@@ -2,7 +2,7 @@
 
 RayJobs and the trainer's report come from watches (kopf indexes); missing dependencies,
 conflicting children, children the API server refused and the pods of a starting attempt from
-the operator's last checks. `compute_status` and `decide` read only these values, so they stay
+the operator's last checks. `evaluate` and `decide` read only these values, so they stay
 pure and testable with tables.
 """
 
