@@ -9,10 +9,9 @@ from typing import Any
 
 import pytest
 
-from rlhf_operator.api.v1alpha1 import Phase
+from rlhf_operator.api.v1alpha1 import ConditionReason, EventType, Phase
 from rlhf_operator.reconcile.decide import decide
 from rlhf_operator.reconcile.diagnosis import bounded, exit_code_in
-from rlhf_operator.reconcile.events import EventReason, EventType
 from rlhf_operator.reconcile.observed import Observed
 from rlhf_operator.settings import OperatorSettings
 
@@ -219,7 +218,7 @@ def test_the_class_has_its_event() -> None:
         SETTINGS,
         NOW,
     )
-    [event] = [e for e in invalid.events if e.reason is EventReason.NOT_RETRYABLE]
+    [event] = [e for e in invalid.events if e.reason is ConditionReason.NOT_RETRYABLE]
     assert event.type is EventType.WARNING and "reward_func.py: no module" in event.message
     preempted = decide(
         job_body(status={"trainer": outcome(0, 75, "Preempted")}),
@@ -227,7 +226,7 @@ def test_the_class_has_its_event() -> None:
         SETTINGS,
         NOW,
     )
-    [event] = [e for e in preempted.events if e.reason is EventReason.PREEMPTED]
+    [event] = [e for e in preempted.events if e.reason is ConditionReason.PREEMPTED]
     assert event.type is EventType.NORMAL
 
 

@@ -14,7 +14,6 @@ from rlhf_operator.api.v1alpha1 import ConditionReason, ConditionType, Phase
 from rlhf_operator.builders.children import render_children
 from rlhf_operator.builders.network import build_network_policy
 from rlhf_operator.reconcile.decide import decide
-from rlhf_operator.reconcile.events import EventReason
 from rlhf_operator.reconcile.observed import Observed
 from rlhf_operator.reconcile.platform_policy import image_allowed, policy_problems
 from rlhf_operator.render import render_file
@@ -75,7 +74,7 @@ def test_a_job_that_breaks_policy_is_invalid_and_names_the_field(
     assert field + ":" in valid.message, valid.message
     assert decision.invalid is not None and decision.apply == ()
     assert decision.status.phase is Phase.FAILED
-    assert [e.reason for e in decision.events] == [EventReason.POLICY_VIOLATION]
+    assert [e.reason for e in decision.events] == [ConditionReason.POLICY_VIOLATION]
 
 
 def test_a_job_within_policy_runs_with_the_platforms_node_selector() -> None:

@@ -8,10 +8,9 @@ from typing import Any
 
 import pytest
 
-from rlhf_operator.api.v1alpha1 import ConditionReason, Phase
+from rlhf_operator.api.v1alpha1 import ConditionReason, EventType, Phase
 from rlhf_operator.reconcile.decide import Decision, decide
 from rlhf_operator.reconcile.diagnosis import pod_diagnosis
-from rlhf_operator.reconcile.events import EventReason, EventType
 from rlhf_operator.reconcile.observed import ApplyFailure, Observed, PodObservation
 from rlhf_operator.settings import OperatorSettings
 
@@ -142,7 +141,7 @@ def test_pods_that_do_not_run_are_reported_while_waiting() -> None:
     assert decision.status.phase is Phase.PROVISIONING
     assert conditions(decision.status)["ClusterReady"] == (F, "ImagePullFailed")
     assert PULL in (decision.status.message or "")
-    [event] = [e for e in decision.events if e.reason is EventReason.IMAGE_PULL_FAILED]
+    [event] = [e for e in decision.events if e.reason is ConditionReason.IMAGE_PULL_FAILED]
     assert event.type is EventType.WARNING and PULL in event.message
     # The pods are looked at again soon; nothing is deleted.
     assert decision.requeue_after == SETTINGS.dependency_retry_seconds
@@ -157,7 +156,7 @@ def test_startup_timeout_fails_the_job_and_frees_the_pods() -> None:
     message = decision.status.message or ""
     assert "runPolicy.startupTimeoutSeconds (1800s)" in message and NO_GPU in message
     assert decision.delete_ray_jobs == ("ppo-7b-r0",)
-    assert EventReason.STARTUP_TIMEOUT in [e.reason for e in decision.events]
+    assert ConditionReason.STARTUP_TIMEOUT in [e.reason for e in decision.events]
 
 
 def test_startup_timeout_quotes_kuberay_when_no_pod_says_why() -> None:
@@ -210,7 +209,7 @@ def test_missing_kuberay_crd_is_a_condition_and_an_event_naming_the_rayjob() -> 
     message = decision.status.message or ""
     assert message.startswith("RayJob ppo-7b-r0: HTTP 404 NotFound: the server could not find")
     assert "is KubeRay installed?" in message
-    [event] = [e for e in decision.events if e.reason is EventReason.CHILD_APPLY_FAILED]
+    [event] = [e for e in decision.events if e.reason is ConditionReason.CHILD_APPLY_FAILED]
     assert event.type is EventType.WARNING and "RayJob ppo-7b-r0" in event.message
     assert decision.status.phase is Phase.PENDING
 
@@ -226,7 +225,7 @@ def test_recovery_is_announced_once_and_a_repeated_refusal_is_not() -> None:
     refused = decide(job_body(), Observed(apply_failures=(NO_CRD,)), SETTINGS, NOW)
     stored = refused.status.to_manifest()
     again = decide(job_body(status=stored), Observed(apply_failures=(NO_CRD,)), SETTINGS, NOW)
-    assert EventReason.CHILD_APPLY_FAILED not in [e.reason for e in again.events]
+    assert ConditionReason.CHILD_APPLY_FAILED not in [e.reason for e in again.events]
     fixed = decide(job_body(status=stored), Observed(), SETTINGS, NOW)
     assert conditions(fixed.status)["ChildrenApplied"] == (T, "ChildrenApplied")
-    assert [e.reason for e in fixed.events] == [EventReason.CHILDREN_APPLIED]
+    assert [e.reason for e in fixed.events] == [ConditionReason.CHILDREN_APPLIED]

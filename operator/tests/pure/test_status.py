@@ -16,7 +16,6 @@ from rlhf_operator.api.v1alpha1 import (
     TrainerReport,
 )
 from rlhf_operator.reconcile.decide import decide, status_patch
-from rlhf_operator.reconcile.events import EventReason
 from rlhf_operator.reconcile.observed import Observed
 from rlhf_operator.settings import OperatorSettings
 
@@ -242,7 +241,7 @@ def test_missing_dependency_waits_without_a_rayjob() -> None:
         "NetworkPolicy",
         "PersistentVolumeClaim",
     ]
-    assert [e.reason for e in decision.events] == [EventReason.DEPENDENCY_MISSING]
+    assert [e.reason for e in decision.events] == [ConditionReason.DEPENDENCY_MISSING]
 
 
 def test_child_owned_by_someone_else_is_not_taken() -> None:
@@ -255,7 +254,7 @@ def test_child_owned_by_someone_else_is_not_taken() -> None:
     assert (applied.status, applied.reason) == (F, ConditionReason.CHILD_CONFLICT)
     assert taken in applied.message and "claimName" in applied.message
     # One Warning event, from ChildrenApplied.
-    assert [e.reason for e in decision.events].count(EventReason.CHILD_CONFLICT) == 1
+    assert [e.reason for e in decision.events].count(ConditionReason.CHILD_CONFLICT) == 1
 
 
 def test_a_conflict_shows_while_the_rayjob_runs() -> None:
@@ -296,7 +295,7 @@ def test_invalid_spec_fails_with_field_message_and_no_children() -> None:
     assert decision.status.phase is Phase.FAILED
     assert conditions(decision.status)["Valid"] == (F, "SpecInvalid")
     assert conditions(decision.status)["Failed"] == (T, "SpecInvalid")
-    assert [e.reason for e in decision.events] == [EventReason.SPEC_INVALID]
+    assert [e.reason for e in decision.events] == [ConditionReason.SPEC_INVALID]
 
 
 def test_fixing_the_spec_recovers() -> None:
@@ -307,7 +306,7 @@ def test_fixing_the_spec_recovers() -> None:
     assert fixed.status.phase is Phase.PENDING
     got = conditions(fixed.status)
     assert got["Valid"] == (T, "SpecValid") and got["Failed"] == (F, "SpecValid")
-    assert EventReason.SPEC_VALID in [e.reason for e in fixed.events]
+    assert ConditionReason.SPEC_VALID in [e.reason for e in fixed.events]
     assert any(d.kind == "RayJob" for d in fixed.apply)
 
 
@@ -354,7 +353,7 @@ def test_deadline_fails_and_stops_the_rayjob() -> None:
     assert decision.status.phase is Phase.FAILED
     assert conditions(decision.status)["Failed"] == (T, "DeadlineExceeded")
     assert decision.delete_ray_jobs == ("ppo-7b-r0",)
-    assert EventReason.DEADLINE_EXCEEDED in [e.reason for e in decision.events]
+    assert ConditionReason.DEADLINE_EXCEEDED in [e.reason for e in decision.events]
 
 
 def test_deadline_requeues_until_due() -> None:
@@ -471,7 +470,7 @@ def test_retry_then_backoff_limit() -> None:
     assert retry.status.restarts == 1
     restarted = {c.type: c for c in retry.status.conditions}[ConditionType.RESTARTED]
     assert "worker died" in restarted.message and "restart 1 of 1" in restarted.message
-    assert EventReason.RETRYING in [e.reason for e in retry.events]
+    assert ConditionReason.RETRYING in [e.reason for e in retry.events]
     assert running.status.phase is Phase.RUNNING and running.status.restarts == 1
     assert final.status.phase is Phase.FAILED
     assert conditions(final.status)["Failed"] == (T, "BackoffLimitExceeded")

@@ -25,10 +25,11 @@ from typing import Any, cast
 
 import kopf
 
+from ..api.v1alpha1 import EventReason, EventType
 from ..kube.apply import Applied, Outcome
 from ..kube.client import ApiError, KubeApi
 from ..reconcile.decide import Decision, decide, status_patch
-from ..reconcile.events import Event, EventReason, EventType
+from ..reconcile.events import Event
 from ..reconcile.parse import parse
 from ..settings import OperatorSettings
 from .applier import Applier

@@ -20,9 +20,9 @@ import kopf
 
 from rlhf_trainer.config.pipeline import stage_job_name
 
+from ..api.v1alpha1 import EventReason, EventType
 from ..kube.client import ApiError, KubeApi
 from ..reconcile.decide import status_patch
-from ..reconcile.events import EventReason, EventType
 from ..reconcile.pipelines import PipelineDecision, StageJob, decide_pipeline
 from ..settings import OperatorSettings
 from .reader import Key, job_key

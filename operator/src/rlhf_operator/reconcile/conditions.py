@@ -16,6 +16,8 @@ from ..api.v1alpha1 import (
 T, F = ConditionStatus.TRUE, ConditionStatus.FALSE
 R = ConditionReason
 
+# Valid=False: why the spec cannot run as written.
+REFUSALS = {R.SPEC_INVALID, R.POLICY_VIOLATION, R.PLACEMENT_IMPOSSIBLE}
 # Failed for one of these reasons is final; Failed for an invalid spec recovers when fixed.
 TERMINAL_FAILURES = {
     R.JOB_FAILED,

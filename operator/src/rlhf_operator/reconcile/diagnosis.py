@@ -37,6 +37,8 @@ _TROUBLE_REASON = {
     PodTrouble.CRASH_LOOP: ConditionReason.CONTAINER_CRASH_LOOPING,
     PodTrouble.UNSCHEDULABLE: ConditionReason.UNSCHEDULABLE,
 }
+# ClusterReady=False for one of these: the pods' own trouble (announced as a Warning).
+POD_TROUBLE_REASONS = frozenset(_TROUBLE_REASON.values())
 
 
 def bounded(text: str, limit: int = REPORT_LIMIT) -> str:

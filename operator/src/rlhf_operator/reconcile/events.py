@@ -1,159 +1,69 @@
-"""Kubernetes Events posted on an RLHFJob: closed enums of reasons, and the pure mapping from a
-status transition to the events that announce it (`kubectl describe` shows them)."""
+"""Kubernetes Events posted on an RLHFJob: the pure mapping from a status transition to the
+events that announce it (`kubectl describe` shows them). An Event carries the reason of the
+condition it announces (one vocabulary, `api/v1alpha1/reasons.py`), or a milestone's name."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 
 from ..api.v1alpha1 import (
     Condition,
     ConditionReason,
     ConditionStatus,
     ConditionType,
+    EventReason,
+    EventType,
     RLHFJobStatus,
 )
-
-
-class EventType(StrEnum):
-    NORMAL = "Normal"
-    WARNING = "Warning"
-
-
-class EventReason(StrEnum):
-    SPEC_INVALID = "SpecInvalid"
-    POLICY_VIOLATION = "PolicyViolation"
-    PLACEMENT_IMPOSSIBLE = "PlacementImpossible"
-    SPEC_VALID = "SpecValid"
-    CREATED = "Created"
-    UPDATED = "Updated"
-    DELETED = "Deleted"
-    CHILD_CONFLICT = "ChildConflict"
-    DEPENDENCY_MISSING = "DependencyMissing"
-    WAITING_FOR_ADMISSION = "WaitingForAdmission"
-    ADMITTED = "Admitted"
-    CLUSTER_READY = "ClusterReady"
-    RUNNING = "Running"
-    CHECKPOINT_SAVED = "CheckpointSaved"
-    SUSPENDED = "Suspended"
-    RESUMED = "Resumed"
-    RETRYING = "Retrying"
-    SUCCEEDED = "Succeeded"
-    FAILED = "Failed"
-    BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
-    DEADLINE_EXCEEDED = "DeadlineExceeded"
-    RAY_JOB_MISSING = "RayJobMissing"
-    TTL_EXPIRED = "TTLExpired"
-    CHILD_APPLY_FAILED = "ChildApplyFailed"
-    CHILDREN_APPLIED = "ChildrenApplied"
-    UNSCHEDULABLE = "Unschedulable"
-    IMAGE_PULL_FAILED = "ImagePullFailed"
-    CONTAINER_CONFIG_ERROR = "ContainerConfigError"
-    CONTAINER_CRASH_LOOPING = "ContainerCrashLooping"
-    STARTUP_TIMEOUT = "StartupTimeout"
-    NOT_RETRYABLE = "NotRetryable"
-    PREEMPTED = "Preempted"
-    WAITING_FOR_JOB = "WaitingForJob"
-    INPUT_JOB_FAILED = "InputJobFailed"
-    INPUTS_RESOLVED = "InputsResolved"
+from .conditions import REFUSALS, TERMINAL_FAILURES
+from .diagnosis import POD_TROUBLE_REASONS
 
 
 @dataclass(frozen=True)
 class Event:
     type: EventType
-    reason: EventReason
+    reason: ConditionReason | EventReason
     message: str
 
 
 _T, _F = ConditionStatus.TRUE, ConditionStatus.FALSE
-_R = ConditionReason
+_N, _W = EventType.NORMAL, EventType.WARNING
+_C, _R = ConditionType, ConditionReason
 
-# (condition type, status, reason) -> the event announcing that the condition became so.
-# Unlisted transitions (e.g. ClusterReady=False while provisioning) are not announced.
-_ANNOUNCED: dict[
-    tuple[ConditionType, ConditionStatus, ConditionReason | None], tuple[EventType, EventReason]
-] = {
-    (ConditionType.VALID, _F, _R.SPEC_INVALID): (EventType.WARNING, EventReason.SPEC_INVALID),
-    (ConditionType.VALID, _F, _R.POLICY_VIOLATION): (
-        EventType.WARNING,
-        EventReason.POLICY_VIOLATION,
-    ),
-    (ConditionType.VALID, _F, _R.PLACEMENT_IMPOSSIBLE): (
-        EventType.WARNING,
-        EventReason.PLACEMENT_IMPOSSIBLE,
-    ),
-    (ConditionType.ADMITTED, _T, None): (EventType.NORMAL, EventReason.ADMITTED),
-    (ConditionType.ADMITTED, _F, _R.WAITING_FOR_ADMISSION): (
-        EventType.NORMAL,
-        EventReason.WAITING_FOR_ADMISSION,
-    ),
-    (ConditionType.ADMITTED, _F, _R.DEPENDENCY_MISSING): (
-        EventType.WARNING,
-        EventReason.DEPENDENCY_MISSING,
-    ),
-    (ConditionType.ADMITTED, _F, _R.RAY_JOB_MISSING): (
-        EventType.WARNING,
-        EventReason.RAY_JOB_MISSING,
-    ),
-    (ConditionType.CLUSTER_READY, _T, None): (EventType.NORMAL, EventReason.CLUSTER_READY),
-    (ConditionType.RUNNING, _T, None): (EventType.NORMAL, EventReason.RUNNING),
-    (ConditionType.CHECKPOINTED, _T, None): (EventType.NORMAL, EventReason.CHECKPOINT_SAVED),
-    (ConditionType.SUSPENDED, _T, None): (EventType.NORMAL, EventReason.SUSPENDED),
-    (ConditionType.SUSPENDED, _F, _R.RESUMED): (EventType.NORMAL, EventReason.RESUMED),
-    (ConditionType.COMPLETE, _T, None): (EventType.NORMAL, EventReason.SUCCEEDED),
-    (ConditionType.FAILED, _T, _R.JOB_FAILED): (EventType.WARNING, EventReason.FAILED),
-    (ConditionType.FAILED, _T, _R.BACKOFF_LIMIT_EXCEEDED): (
-        EventType.WARNING,
-        EventReason.BACKOFF_LIMIT_EXCEEDED,
-    ),
-    (ConditionType.FAILED, _T, _R.DEADLINE_EXCEEDED): (
-        EventType.WARNING,
-        EventReason.DEADLINE_EXCEEDED,
-    ),
-    (ConditionType.FAILED, _T, _R.STARTUP_TIMEOUT): (
-        EventType.WARNING,
-        EventReason.STARTUP_TIMEOUT,
-    ),
-    (ConditionType.FAILED, _T, _R.NOT_RETRYABLE): (EventType.WARNING, EventReason.NOT_RETRYABLE),
-    (ConditionType.INPUTS_READY, _F, _R.WAITING_FOR_JOB): (
-        EventType.NORMAL,
-        EventReason.WAITING_FOR_JOB,
-    ),
-    (ConditionType.INPUTS_READY, _F, _R.INPUT_JOB_FAILED): (
-        EventType.WARNING,
-        EventReason.INPUT_JOB_FAILED,
-    ),
-    (ConditionType.INPUTS_READY, _T, None): (EventType.NORMAL, EventReason.INPUTS_RESOLVED),
-    (ConditionType.RESTARTED, _T, _R.PREEMPTED): (EventType.NORMAL, EventReason.PREEMPTED),
-    (ConditionType.RESTARTED, _T, None): (EventType.WARNING, EventReason.RETRYING),
-    # A conflict shows on ChildrenApplied (and blocks admission, quietly: one event is enough).
-    (ConditionType.CHILDREN_APPLIED, _F, _R.CHILD_CONFLICT): (
-        EventType.WARNING,
-        EventReason.CHILD_CONFLICT,
-    ),
-    (ConditionType.CHILDREN_APPLIED, _F, None): (
-        EventType.WARNING,
-        EventReason.CHILD_APPLY_FAILED,
-    ),
+# Which condition changes are announced, and how: (type, status) -> {reason: event type}, the
+# key None standing for any reason. Unlisted changes (ClusterReady=False while provisioning,
+# Running=False, ...) are not announced; a conflict blocks admission quietly (ChildrenApplied
+# says it once).
+_ANNOUNCED: dict[tuple[ConditionType, ConditionStatus], dict[ConditionReason | None, EventType]] = {
+    (_C.VALID, _F): dict.fromkeys(REFUSALS, _W),
+    (_C.ADMITTED, _T): {None: _N},
+    (_C.ADMITTED, _F): {
+        _R.WAITING_FOR_ADMISSION: _N,
+        _R.DEPENDENCY_MISSING: _W,
+        _R.RAY_JOB_MISSING: _W,
+    },
+    (_C.CLUSTER_READY, _T): {None: _N},
     # Why the pods of a starting attempt do not run (the scheduler's or kubelet's words).
-    (ConditionType.CLUSTER_READY, _F, _R.UNSCHEDULABLE): (
-        EventType.WARNING,
-        EventReason.UNSCHEDULABLE,
-    ),
-    (ConditionType.CLUSTER_READY, _F, _R.IMAGE_PULL_FAILED): (
-        EventType.WARNING,
-        EventReason.IMAGE_PULL_FAILED,
-    ),
-    (ConditionType.CLUSTER_READY, _F, _R.CONTAINER_CONFIG_ERROR): (
-        EventType.WARNING,
-        EventReason.CONTAINER_CONFIG_ERROR,
-    ),
-    (ConditionType.CLUSTER_READY, _F, _R.CONTAINER_CRASH_LOOPING): (
-        EventType.WARNING,
-        EventReason.CONTAINER_CRASH_LOOPING,
-    ),
+    (_C.CLUSTER_READY, _F): dict.fromkeys(POD_TROUBLE_REASONS, _W),
+    (_C.RUNNING, _T): {None: _N},
+    (_C.CHECKPOINTED, _T): {None: _N},
+    (_C.SUSPENDED, _T): {None: _N},
+    (_C.SUSPENDED, _F): {_R.RESUMED: _N},
+    (_C.COMPLETE, _T): {None: _N},
+    (_C.FAILED, _T): dict.fromkeys(TERMINAL_FAILURES, _W),
+    (_C.INPUTS_READY, _T): {None: _N},
+    (_C.INPUTS_READY, _F): {_R.WAITING_FOR_JOB: _N, _R.INPUT_JOB_FAILED: _W},
+    (_C.RESTARTED, _T): {_R.PREEMPTED: _N, None: _W},
+    (_C.CHILDREN_APPLIED, _F): {None: _W},
 }
-
+# Milestones: these changes are announced by name rather than by the condition's reason.
+_MILESTONES: dict[tuple[ConditionType, ConditionReason | None], EventReason] = {
+    (_C.ADMITTED, None): EventReason.ADMITTED,
+    (_C.RUNNING, None): EventReason.RUNNING,
+    (_C.SUSPENDED, None): EventReason.SUSPENDED,
+    (_C.COMPLETE, None): EventReason.SUCCEEDED,
+    (_C.FAILED, _R.JOB_FAILED): EventReason.FAILED,
+}
 # Conditions whose message carries news on its own (a new checkpoint, another restart, a
 # different child refused).
 _MESSAGE_IS_NEWS = {
@@ -161,16 +71,26 @@ _MESSAGE_IS_NEWS = {
     ConditionType.RESTARTED,
     ConditionType.CHILDREN_APPLIED,
 }
-# Conditions whose True state is news only when it recovers from False.
+# Conditions whose True state is news only when it recovers from False (said in these words).
 _RECOVERIES = {
-    ConditionType.VALID: (EventReason.SPEC_VALID, "spec is valid"),
-    ConditionType.CHILDREN_APPLIED: (EventReason.CHILDREN_APPLIED, "every child applied"),
+    ConditionType.VALID: (_R.SPEC_VALID, "spec is valid"),
+    ConditionType.CHILDREN_APPLIED: (_R.CHILDREN_APPLIED, "every child applied"),
 }
 
 
-def _announcement(condition: Condition) -> tuple[EventType, EventReason] | None:
-    key = (condition.type, condition.status, condition.reason)
-    return _ANNOUNCED.get(key) or _ANNOUNCED.get((condition.type, condition.status, None))
+def _announcement(condition: Condition) -> Event | None:
+    kinds = _ANNOUNCED.get((condition.type, condition.status)) or {}
+    kind = kinds.get(condition.reason) or kinds.get(None)
+    if kind is None:
+        return None
+    reason: ConditionReason | EventReason = condition.reason
+    if condition.status is _T or condition.type is _C.FAILED:
+        reason = (
+            _MILESTONES.get((condition.type, condition.reason))
+            or _MILESTONES.get((condition.type, None))
+            or reason
+        )
+    return Event(kind, reason, condition.message)
 
 
 def transition_events(previous: RLHFJobStatus | None, current: RLHFJobStatus) -> list[Event]:
@@ -186,9 +106,9 @@ def transition_events(previous: RLHFJobStatus | None, current: RLHFJobStatus) ->
         recovery = _RECOVERIES.get(condition.type)
         if recovery is not None and condition.status is _T:
             if old is not None and old.status is _F:
-                events.append(Event(EventType.NORMAL, *recovery))
+                events.append(Event(_N, *recovery))
             continue
         announced = _announcement(condition)
         if announced is not None:
-            events.append(Event(announced[0], announced[1], condition.message))
+            events.append(announced)
     return events

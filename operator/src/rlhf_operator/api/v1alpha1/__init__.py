@@ -1,9 +1,9 @@
 """RLHFJob v1alpha1 (group rlhf.dev): spec = the trainer's job config + Kubernetes parts."""
 
+from .reasons import ConditionReason, EventReason, EventType
 from .status import (
     Allocation,
     Condition,
-    ConditionReason,
     ConditionStatus,
     ConditionType,
     JobInput,
@@ -33,6 +33,8 @@ __all__ = [
     "ConditionReason",
     "ConditionStatus",
     "ConditionType",
+    "EventReason",
+    "EventType",
     "JobInput",
     "JobOutput",
     "Phase",

@@ -1,6 +1,6 @@
 """`status` of an RLHFJob. The operator computes all of it except `trainer`, which the
-trainer writes and the operator only reads. Phases, condition types and reasons are closed
-enums (as KubeRay's are): dashboards and alerts can rely on them."""
+trainer writes and the operator only reads. Phases, condition types and reasons
+(`reasons.py`) are closed enums (as KubeRay's are): dashboards and alerts can rely on them."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from enum import StrEnum
 from pydantic import Field
 
 from rlhf_trainer.config import ConfigModel, Device, FailureClass
+
+from .reasons import ConditionReason
 
 
 class Phase(StrEnum):
@@ -47,55 +49,6 @@ class ConditionStatus(StrEnum):
     TRUE = "True"
     FALSE = "False"
     UNKNOWN = "Unknown"
-
-
-class ConditionReason(StrEnum):
-    SPEC_VALID = "SpecValid"
-    SPEC_INVALID = "SpecInvalid"
-    # Well-formed, but the platform's policy does not allow it (an image, a priority class...).
-    POLICY_VIOLATION = "PolicyViolation"
-    PLACEMENT_IMPOSSIBLE = "PlacementImpossible"
-    RAY_JOB_CREATED = "RayJobCreated"
-    WAITING_FOR_ADMISSION = "WaitingForAdmission"
-    SUSPENDED_BY_USER = "SuspendedByUser"
-    RESUMED = "Resumed"
-    CLUSTER_PROVISIONING = "ClusterProvisioning"
-    CLUSTER_READY = "ClusterReady"
-    TRAINING = "Training"
-    CHECKPOINT_SAVED = "CheckpointSaved"
-    NO_CHECKPOINT = "NoCheckpoint"
-    JOB_SUCCEEDED = "JobSucceeded"
-    JOB_FAILED = "JobFailed"
-    RETRYING = "Retrying"
-    BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
-    DEADLINE_EXCEEDED = "DeadlineExceeded"
-    RAY_JOB_MISSING = "RayJobMissing"
-    # A ConfigMap or PVC the spec references does not exist (yet).
-    DEPENDENCY_MISSING = "DependencyMissing"
-    # KubeRay removed the Ray cluster after the job finished (its GPUs are free).
-    CLUSTER_SHUT_DOWN = "ClusterShutDown"
-    # An object with a child's name exists that this job does not provably own (another
-    # controller's, a user's, a former job's): it is left untouched, the job waits.
-    CHILD_CONFLICT = "ChildConflict"
-    CHILDREN_APPLIED = "ChildrenApplied"
-    # The API server refused a child (HTTP 4xx/5xx); retried with exponential backoff.
-    CHILD_APPLY_FAILED = "ChildApplyFailed"
-    # Why the current attempt's pods do not run yet (ClusterReady=False while provisioning).
-    UNSCHEDULABLE = "Unschedulable"
-    IMAGE_PULL_FAILED = "ImagePullFailed"
-    CONTAINER_CONFIG_ERROR = "ContainerConfigError"
-    CONTAINER_CRASH_LOOPING = "ContainerCrashLooping"
-    # The pods did not all run within runPolicy.startupTimeoutSeconds (terminal).
-    STARTUP_TIMEOUT = "StartupTimeout"
-    # An attempt failed in a way a retry cannot fix (FailureClass InvalidSpec; terminal).
-    NOT_RETRYABLE = "NotRetryable"
-    # An attempt was preempted: retried, not counted against runPolicy.backoffLimit.
-    PREEMPTED = "Preempted"
-    # A `fromJob` source names a job that has not succeeded yet (or does not exist yet).
-    WAITING_FOR_JOB = "WaitingForJob"
-    # A `fromJob` source names a job that failed, or succeeded without exporting a model.
-    INPUT_JOB_FAILED = "InputJobFailed"
-    INPUTS_RESOLVED = "InputsResolved"
 
 
 class Condition(ConfigModel):
