@@ -128,3 +128,34 @@ def test_the_gateway_may_only_review_tokens_and_impersonate(rendered: list[Manif
     assert tenant["rules"] == yaml.safe_load(
         (CHART / "files" / "gateway-tenant-rules.yaml").read_text()
     )
+
+
+def test_the_kustomize_overlay_renders_the_charts_gateway(
+    helm: Helm, offline_chart: Path, kube_validate: Any
+) -> None:
+    from helm_tool import REPO, kubectl_kustomize
+
+    overlay = REPO / "manifests" / "overlays" / "gateway"
+    settings = yaml.safe_load((overlay / "gateway.yaml").read_text())
+    values = {"gateway": {"enabled": True, "filesClaim": "rlhf-files", "config": settings}}
+    charted = _gateway(
+        parse_manifests(helm.template(offline_chart, values, release="rlhf-operator"))
+    )
+    kustomized = _gateway(kubectl_kustomize(overlay))
+    key = lambda o: (o["kind"], o["metadata"]["name"])  # noqa: E731
+    assert sorted(map(key, kustomized)) == sorted(map(key, charted))
+    ours = {key(o): o for o in kustomized}
+    for obj in charted:
+        mine = ours[key(obj)]
+        kube_validate(mine)
+        assert mine["metadata"].get("namespace") == obj["metadata"].get("namespace")
+        if obj["kind"] == "Deployment":
+            pod, chart_pod = mine["spec"]["template"]["spec"], obj["spec"]["template"]["spec"]
+            for field in ("command", "ports", "securityContext", "volumeMounts"):
+                assert pod["containers"][0][field] == chart_pod["containers"][0][field], field
+            assert pod["volumes"] == chart_pod["volumes"]
+        elif obj["kind"] == "ConfigMap":
+            assert yaml.safe_load(mine["data"]["gateway.yaml"]) == settings
+        else:
+            for field in ("rules", "spec", "roleRef", "subjects"):
+                assert mine.get(field) == obj.get(field), (key(obj), field)

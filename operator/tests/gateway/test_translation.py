@@ -198,3 +198,32 @@ def test_a_failed_job_says_why() -> None:
     error = jobview.job_object(doc).error
     assert error is not None and error.code == "BackoffLimitExceeded"
     assert error.message == "3 attempts"
+
+
+@pytest.mark.parametrize(
+    ("code", "message", "status", "error_code"),
+    [
+        (
+            403,
+            'rlhfjobs.rlhf.dev "ftjob-1" is forbidden: exceeded quota: rlhf, requested: '
+            "count/rlhfjobs.rlhf.dev=1, used: count/rlhfjobs.rlhf.dev=10, limited: "
+            "count/rlhfjobs.rlhf.dev=10",
+            429,
+            "quota_exceeded",
+        ),
+        (403, 'User "x" cannot create resource "rlhfjobs"', 403, "forbidden"),
+        (404, 'rlhfjobs.rlhf.dev "ftjob-1" not found', 404, "not_found"),
+        (409, "the object has been modified", 409, "conflict"),
+        (422, "spec.x: Invalid value", 400, None),
+        (500, "etcd is down", 502, "upstream_error"),
+    ],
+    ids=["quota", "rbac", "missing", "conflict", "invalid", "server"],
+)
+def test_api_server_refusals_become_openai_errors(
+    code: int, message: str, status: int, error_code: str | None
+) -> None:
+    from rlhf_gateway.kube import KubeError
+    from rlhf_gateway.tenantapi import translate as translate_error
+
+    error = translate_error(KubeError(code, "", message), what="fine-tuning job", ident="ftjob-1")
+    assert (error.status, error.code) == (status, error_code)
