@@ -140,8 +140,10 @@ def job_events(
                 message=f"New fine-tuned model created: {model}",
             )
         )
-    events.sort(key=lambda e: (e.created_at, e.type == "metrics", e.id), reverse=True)
-    return events
+    # Newest first; within one second, the order they happened in (creation, then conditions,
+    # events, steps, the model), reversed.
+    order = {id(e): i for i, e in enumerate(events)}
+    return sorted(events, key=lambda e: (e.created_at, order[id(e)]), reverse=True)
 
 
 def job_checkpoints(job: dict[str, Any], history: History) -> list[Checkpoint]:
