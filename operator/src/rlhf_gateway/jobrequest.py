@@ -112,14 +112,19 @@ class Translation:
 
     spec: dict[str, Any]
     origin: dict[str, str] = field(default_factory=dict)  # camelCase spec path -> param
+    # Origins whose inner fields are the request's own (a grader object): a problem at
+    # `<path>.x.y` is the param's `x.y`.
+    deep: set[str] = field(default_factory=set)
 
-    def set(self, path: str, value: Any, param: str) -> None:
+    def set(self, path: str, value: Any, param: str, *, deep: bool = False) -> None:
         node = self.spec
         *parents, leaf = path.split(".")
         for key in parents:
             node = node.setdefault(key, {})
         node[leaf] = value
         self.origin[path] = param
+        if deep:
+            self.deep.add(path)
 
 
 def _given(value: Any) -> bool:
@@ -155,7 +160,7 @@ def translate(
         out.set("data.eval", [{"path": validation.location}], "validation_file")
     if reward is not None:
         for key, value in reward.items():
-            out.set(key, value, f"method.{kind}.grader")
+            out.set(key, value, f"method.{kind}.grader", deep=True)
     hp, where = req.hyper()
     if _given(hp.n_epochs):
         epochs = "training.numEpisodes" if algorithm.is_online else "training.epochs"
@@ -247,7 +252,7 @@ def manifest(
     }
 
 
-def check_manifest(doc: dict[str, Any], origin: dict[str, str], model_id: str) -> None:
+def check_manifest(doc: dict[str, Any], plan: Translation, model_id: str) -> None:
     """400 with every problem `rlhf validate` finds, each under the param that set it."""
     loaded = load_document(doc, "request", Path("."))
     if loaded.ok:
@@ -257,7 +262,7 @@ def check_manifest(doc: dict[str, Any], origin: dict[str, str], model_id: str) -
     for problem in loaded.problems:
         path, _, message = problem.partition(": ")
         path = path.removeprefix("spec.")
-        param = _param_of(path, origin)
+        param = _param_of(path, plan)
         if param is None:
             lines.append(f"{path} (a default of model {model_id!r}): {message}")
         else:
@@ -266,14 +271,17 @@ def check_manifest(doc: dict[str, Any], origin: dict[str, str], model_id: str) -
     raise ApiError(400, "; ".join(lines), param=first_param, code="invalid_job")
 
 
-def _param_of(path: str, origin: dict[str, str]) -> str | None:
+def _param_of(path: str, plan: Translation) -> str | None:
     """The request param behind a spec path (the longest origin that is a prefix of it)."""
     best = None
-    for spec_path, param in origin.items():
+    for spec_path, param in plan.origin.items():
         if (
             path == spec_path
             or path.startswith(spec_path + ".")
             or path.startswith(spec_path + "[")
         ) and (best is None or len(spec_path) > len(best[0])):
             best = (spec_path, param)
-    return best[1] if best else None
+    if best is None:
+        return None
+    spec_path, param = best
+    return param + path[len(spec_path) :] if spec_path in plan.deep else param

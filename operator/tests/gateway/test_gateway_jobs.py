@@ -151,3 +151,24 @@ async def test_models_list_the_catalog(service: Service) -> None:
         await client.models.retrieve("ft:tiny-llama-random:team-b::ftjob-" + "0" * 24)
     with pytest.raises(openai.PermissionDeniedError):
         await client.models.delete("tiny-llama-random")
+
+
+async def test_a_bad_grader_is_a_400_naming_it(service: Service) -> None:
+    client = service.client("team-a")
+    rows = [{"messages": [{"role": "user", "content": "Repeat a."}], "answer": "a a"}]
+    training = await upload(client, rows)
+    grader = {
+        "type": "string_check",
+        "name": "exact",
+        "operation": "equals?",
+        "input": "{{sample.output_text}}",
+        "reference": "{{item.answer}}",
+    }
+    with pytest.raises(openai.BadRequestError) as caught:
+        await client.fine_tuning.jobs.create(
+            model="tiny-llama-random",
+            training_file=training,
+            method={"type": "reinforcement", "reinforcement": {"grader": grader}},  # type: ignore[typeddict-item]
+        )
+    assert str(caught.value.body["param"]).startswith("method.reinforcement.grader")  # type: ignore[index]
+    assert service.emulator.list(RLHFJOBS, "team-a") == []

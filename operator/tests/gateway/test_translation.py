@@ -11,6 +11,7 @@ from rlhf_gateway.errors import ApiError
 from rlhf_gateway.jobrequest import (
     CreateJobRequest,
     FileRef,
+    Translation,
     check_manifest,
     manifest,
     request_problems,
@@ -25,7 +26,7 @@ BASE = CatalogModel.model_validate(CATALOG[0])
 TRAIN = FileRef("file-" + "a" * 24, "pvc://files/team-a/file-a.jsonl", "supervised")
 
 
-def spec_of(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+def spec_of(body: dict[str, Any]) -> tuple[dict[str, Any], Translation]:
     req = CreateJobRequest.model_validate({"model": BASE.id, "training_file": TRAIN.id, **body})
     request_problems(req)
     plan = translate(
@@ -36,7 +37,7 @@ def spec_of(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
         validation=None,
         rl_algorithm=AlgorithmName.GRPO,
     )
-    return plan.spec, plan.origin
+    return plan.spec, plan
 
 
 @pytest.mark.parametrize(

@@ -118,7 +118,7 @@ async def create_job(gw: GatewayDep, api: TenantDep, req: CreateJobRequest) -> F
     hp, _ = req.hyper()
     name = new_job_id()
     doc = manifest(name, req, plan.spec, hp.model_dump(exclude_none=True))
-    check_manifest(doc, plan.origin, req.model)  # 400 before anything exists
+    check_manifest(doc, plan, req.model)  # 400 before anything exists
     return job_object(await api.create_job(doc, ident=name))
 
 
