@@ -62,19 +62,20 @@ def _tools() -> tuple[Path, Path]:
 def substrate(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSubstrate | None]:
     """The local substrate for the session (None on a real cluster). Its setup installs the
     chart with the e2e images, as the `operator` fixture does on a real cluster; its teardown
-    checks that down.sh left no process and no mount behind."""
+    checks that down.sh left no process and no mount behind. A failed start is stopped too
+    (up.sh stops what it started; down.sh runs anyway, in case up.sh itself was cut short)."""
     if not LOCAL:
         yield None
         return
     local = LocalSubstrate(tmp_path_factory.mktemp("substrate"))
     repository, _, tag = OPERATOR_IMAGE.rpartition(":")
-    local.up(
-        f"image.repository={repository}",
-        f"image.tag={tag}",
-        f"trainer.defaultImage={TRAINER_IMAGE}",
-        "logLevel=DEBUG",
-    )
     try:
+        local.up(
+            f"image.repository={repository}",
+            f"image.tag={tag}",
+            f"trainer.defaultImage={TRAINER_IMAGE}",
+            "logLevel=DEBUG",
+        )
         yield local
     finally:
         local.down()

@@ -4,10 +4,12 @@ command-line rules, and the images it maps to this repository's Dockerfiles."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
-from substrate import images, podspec, raypods
+from substrate import images, plans, podspec, raypods, why
 
 CLUSTER: dict[str, Any] = {
     "apiVersion": "ray.io/v1",
@@ -56,6 +58,7 @@ CLUSTER: dict[str, Any] = {
     },
 }
 FQDN = "job-r0-raycluster-abcde-head-svc.ns.svc.cluster.local"
+NOT_FOUND = '"rlhf-operator": executable file not found in $PATH'
 
 
 def test_ray_start_lines_are_kuberays() -> None:
@@ -197,3 +200,93 @@ def test_token_authentication_reaches_every_ray_container() -> None:
             "name": "tok",
             "key": "auth_token",
         }
+
+
+def _plan_with_volume_at(mount_path: str) -> dict[str, Any]:
+    cluster = plans.Cluster(Path("/state"), "198.18.213.1", 443, Path("/state/ca.crt"))
+    pod = {"metadata": {"name": "p", "namespace": "ns"}, "spec": {}}
+    container = {
+        "name": "c",
+        "image": "rlhf-operator:local",
+        "volumeMounts": [{"name": "tmp", "mountPath": mount_path}],
+    }
+    return plans.container_plan(
+        cluster,
+        pod,
+        container,
+        images.load("rlhf-operator:local"),
+        lambda plural, namespace, name: None,
+        volumes={"tmp": (Path("/state/pods/p/volumes/tmp"), False)},
+        kubelet_files={},
+        container_dir=Path("/state/pods/p/c"),
+    )
+
+
+def test_the_images_python_shows_through_a_volume_that_covers_the_checkout() -> None:
+    """The operator mounts an emptyDir at /tmp; with the checkout (the local image's Python)
+    under /tmp that volume hid the venv and the container could not exec (exit 128). Whatever
+    volume covers the checkout, its venv and its interpreter are bound back over it, read-only,
+    after it (container.py mounts in depth order). A volume mounted on the checkout itself
+    replaces it, though not the venv inside it."""
+    parent = str(images.REPO.parent)
+    mounts = _plan_with_volume_at(parent)["mounts"]
+    assert mounts[0]["target"] == parent and "image" not in mounts[0]
+    back = {m["target"]: m for m in mounts[1:]}
+    assert str(images.REPO) in back and str(Path(sys.prefix)) in back
+    assert all(m["source"] == t and m["readOnly"] and parent in m["image"] for t, m in back.items())
+    exact = _plan_with_volume_at(str(images.REPO))["mounts"]  # replaces the checkout itself
+    inside = [p for p in {sys.prefix, sys.base_prefix} if p.startswith(f"{images.REPO}/")]
+    assert sorted(m["target"] for m in exact if "image" in m) == sorted(inside)
+    elsewhere = _plan_with_volume_at("/var/lib/unrelated")["mounts"]
+    assert [m["target"] for m in elsewhere] == ["/var/lib/unrelated"]
+
+
+@pytest.mark.parametrize(
+    ("status", "expected"),
+    [
+        (
+            {
+                "containerStatuses": [
+                    {
+                        "name": "operator",
+                        "restartCount": 3,
+                        "state": {
+                            "waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s"}
+                        },
+                        "lastState": {
+                            "terminated": {
+                                "reason": "StartError",
+                                "exitCode": 128,
+                                "message": f"exec: {NOT_FOUND}",
+                            }
+                        },
+                    }
+                ]
+            },
+            [
+                (
+                    "op-1",
+                    "operator",
+                    True,
+                    "now waiting: CrashLoopBackOff: back-off 40s; last attempt terminated: "
+                    f"StartError, exit code 128: exec: {NOT_FOUND}; restarts 3",
+                )
+            ],
+        ),
+        (
+            {
+                "containerStatuses": [
+                    {"name": "operator", "state": {"running": {}}, "lastState": {}}
+                ]
+            },
+            [("op-1", "operator", False, "now running; restarts 0")],
+        ),
+        ({}, []),
+    ],
+    ids=["crash-looping-start-error", "running-not-ready", "not-started"],
+)
+def test_why_names_each_containers_state_and_start_error(
+    status: dict[str, Any], expected: list[tuple[str, str, bool, str]]
+) -> None:
+    pods = {"items": [{"metadata": {"name": "op-1"}, "status": status}]}
+    assert why.containers(pods) == expected

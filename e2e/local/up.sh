@@ -7,6 +7,9 @@
 #
 # Env: SUBSTRATE_STATE (default e2e/local/.state), SUBSTRATE_KUBECONFIG (e2e/local/.kubeconfig),
 #      SUBSTRATE_TIMEOUT seconds to wait for the operator (default 300), PYTHON (.venv/bin/python)
+#
+# On a failure it says what failed (the substrate's log, or the operator's containers: state,
+# start error, last log lines) and stops what it started; the state directory stays.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "${here}/../.." && pwd)"
@@ -28,12 +31,26 @@ rm -rf "${state}"
 mkdir -p "${state}"
 kubectl="$(bash "${repo}/scripts/get-helm.sh")/kubectl"
 
+# Whatever fails from here on, what up.sh started is stopped (down.sh), and its state directory
+# (logs, pod directories) is kept for a look.
+started=""
+stop_on_failure() {
+  local code=$?
+  if [[ "${code}" != 0 && -n "${started}" ]]; then
+    echo "up.sh: stopping the substrate it started; its logs stay in ${state}" >&2
+    SUBSTRATE_STATE="${state}" bash "${here}/down.sh" >&2 || true
+  fi
+}
+trap stop_on_failure EXIT
+trap 'exit 130' INT TERM
+
 PYTHONPATH="${here}:${repo}/operator/tests" setsid "${python}" -m substrate serve \
   --state "${state}" --kubeconfig "${kubeconfig}" \
   --set image.repository=rlhf-operator --set image.tag=local \
   --set trainer.defaultImage=rlhf-trainer-cpu:local "$@" \
   > "${state}/substrate.log" 2>&1 < /dev/null &
 echo $! > "${state}/substrate.pid"
+started=1
 
 deadline=$((SECONDS + timeout))
 until [[ -f "${state}/substrate.json" ]]; do
@@ -42,15 +59,25 @@ until [[ -f "${state}/substrate.json" ]]; do
     tail -n 40 "${state}/substrate.log" >&2
     exit 1
   fi
-  (( SECONDS < deadline )) || { echo "up.sh: no API server after ${timeout} s" >&2; exit 1; }
+  if (( SECONDS >= deadline )); then
+    echo "up.sh: no API server after ${timeout} s; the substrate's log (${state}/substrate.log):" >&2
+    tail -n 40 "${state}/substrate.log" >&2
+    exit 1
+  fi
   sleep 0.5
 done
+namespace=rlhf-system
 selector=app.kubernetes.io/name=rlhf-operator
-until [[ "$("${kubectl}" --kubeconfig "${kubeconfig}" get pods -n rlhf-system -l "${selector}" \
+until [[ "$("${kubectl}" --kubeconfig "${kubeconfig}" get pods -n "${namespace}" -l "${selector}" \
   -o 'jsonpath={.items[*].status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" == True ]]; do
   if (( SECONDS >= deadline )); then
-    echo "up.sh: the operator is not Ready after ${timeout} s:" >&2
-    "${kubectl}" --kubeconfig "${kubeconfig}" describe pods -n rlhf-system -l "${selector}" >&2 || true
+    echo "up.sh: the operator is not Ready after ${timeout} s. Its containers:" >&2
+    PYTHONPATH="${here}" "${python}" -m substrate.why "${kubectl}" "${kubeconfig}" \
+      "${namespace}" "${selector}" >&2 || true
+    echo "The pod as kubectl describes it:" >&2
+    "${kubectl}" --kubeconfig "${kubeconfig}" describe pods -n "${namespace}" -l "${selector}" >&2 || true
+    echo "The substrate's log (${state}/substrate.log), last lines:" >&2
+    tail -n 20 "${state}/substrate.log" >&2
     exit 1
   fi
   sleep 1

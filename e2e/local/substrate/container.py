@@ -7,10 +7,13 @@ The filesystem: an overlay whose lower layer is this machine's root (the "image"
 checkout's venv is its Python) and whose upper layer is the container's own writable layer on
 disk. Directories a container must not share with the host (/tmp, /root, /home, /var/tmp and
 the substrate's own state, which holds every pod's tokens) are covered with fresh empty ones;
-the base interpreter the venv was made from is bound back read-only where it lives. Then /proc
-(of the new PID namespace), /dev, /sys, the volumes and the kubelet's files (/etc/hosts, the
-ServiceAccount token, ...) are mounted, the root is made read-only if the spec says so, and the
-process chroots, drops to the container's user and execs.
+the image's own directories under them (the base interpreter the venv was made from, the venv,
+this checkout) are bound back read-only where they live. Then /proc (of the new PID namespace),
+/dev, /sys, the volumes and the kubelet's files (/etc/hosts, the ServiceAccount token, ...) are
+mounted in depth order, the image's directories again over any volume that covers them (the
+operator's emptyDir at /tmp covers a checkout under /tmp; a real image keeps its Python where
+no volume goes), the root is made read-only if the spec says so, and the process chroots, drops
+to the container's user and execs.
 
     python -m substrate.container PLAN.json
 """
@@ -122,6 +125,14 @@ def seed(root: str, source: str, target: str, uid: int, gid: int) -> None:
             os.chown(os.path.join(directory, name), uid, gid, follow_symlinks=False)
 
 
+def hide(root: str, what: list[str]) -> None:
+    """Cover the host directory `what[0]` (the substrate's state) with the empty `what[1]`."""
+    hidden, empty = what
+    if os.path.isdir(inside(root, hidden)):
+        os.makedirs(empty, mode=0o700, exist_ok=True)
+        bind(empty, inside(root, hidden))
+
+
 def build_root(plan: dict[str, Any]) -> str:
     fs = plan["rootfs"]
     root = fs["root"]
@@ -137,10 +148,7 @@ def build_root(plan: dict[str, Any]) -> str:
     for path in fs["keep"]:
         os.makedirs(inside(root, path), mode=0o755, exist_ok=True)
         bind(path, inside(root, path), read_only=True, recursive=True)
-    hidden, empty = fs["hide"]
-    if os.path.isdir(inside(root, hidden)):
-        os.makedirs(empty, mode=0o700, exist_ok=True)
-        bind(empty, inside(root, hidden))
+    hide(root, fs["hide"])
     add_users(root, plan["users"])
     for item in plan["seeds"]:
         seed(root, item["source"], item["target"], plan["uid"], plan["gid"])
@@ -152,8 +160,21 @@ def build_root(plan: dict[str, Any]) -> str:
         mount("shm", inside(root, "/dev/shm"), "tmpfs", MS_NOSUID | MS_NODEV, "size=64m")
     for item in sorted(plan["mounts"], key=lambda m: m["target"].count("/")):
         target = inside(root, item["target"])
-        mount_point(item["source"], target)
-        bind(item["source"], target, read_only=item["readOnly"])
+        if "image" in item:  # the image's own files, bound back over a volume that covers them
+            try:
+                mount_point(item["source"], target)
+            except OSError as err:
+                raise OSError(
+                    err.errno,
+                    f"{item['image']}, which cannot take a mount point ({err.strerror}); "
+                    "use a checkout outside that path",
+                ) from err
+            bind(item["source"], target, read_only=True, recursive=True)
+        else:
+            mount_point(item["source"], target)
+            bind(item["source"], target, read_only=item["readOnly"])
+    if any("image" in item for item in plan["mounts"]):
+        hide(root, fs["hide"])  # the checkout bound back shows the substrate's state again
     os.makedirs(inside(root, plan["cwd"]), exist_ok=True)
     if fs["readOnly"]:
         mount("none", root, None, MS_BIND | MS_REMOUNT | MS_RDONLY, None)

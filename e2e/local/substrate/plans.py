@@ -191,11 +191,14 @@ def base_environment(cluster: Cluster, pod: JSON, image: LocalImage, uid: int) -
     return env
 
 
-def _kept_paths(masked: list[str]) -> list[str]:
-    """Host directories the image needs although they lie under a masked one: the interpreter
-    the venv was made from (pyenv installs it under /root), the venv, this checkout."""
+def _kept_paths(covered: list[str]) -> list[str]:
+    """The image's own directories that lie under a masked directory or a pod's volume: the
+    interpreter the venv was made from (pyenv installs it under /root), the venv, this
+    checkout. A real image keeps its Python where no volume goes (/usr/local, /opt/venv); this
+    one's lies wherever the checkout is (/tmp, a home directory), so container.py binds these
+    back, read-only, over whatever covers them. A volume mounted exactly on one of them wins."""
     wanted = {sys.base_prefix, sys.prefix, str(REPO)}
-    return sorted(p for p in wanted if any(_under(p, m) for m in masked))
+    return sorted(p for p in wanted if any(_under(p, c) and p != c for c in covered))
 
 
 def container_plan(
@@ -233,8 +236,19 @@ def container_plan(
                 "readOnly": bool(mount.get("readOnly", False) or read_only),
             }
         )
-    masked = list(MASKS)
-    kept = _kept_paths(masked)
+    kept = _kept_paths([*MASKS, *(m["target"] for m in mounts)])
+    # The image's directories under a volume: bound back over it (container.py mounts in depth
+    # order, so a volume deeper inside the checkout still lands on top of them).
+    for path in kept:
+        covering = [
+            m["target"] for m in mounts if _under(path, m["target"]) and path != m["target"]
+        ]
+        if covering:
+            why = (
+                f"the image's {path} (this checkout's venv, its interpreter or the checkout: the "
+                f"local image's Python) lies under the pod's volume at {max(covering, key=len)}"
+            )
+            mounts.append({"source": path, "target": path, "readOnly": True, "image": why})
     masks = {
         target: [str(container_dir / "masks" / target.strip("/").replace("/", "_")), mode]
         for target, mode in MASKS.items()
