@@ -13,7 +13,7 @@ When on:
 - Escalation prevention: writing a Role/ClusterRole needs every permission it grants (or the
   `escalate` verb); writing a binding needs every permission of the bound role (or `bind`).
 
-Not emulated: ABAC/webhook authorizers, impersonation, aggregated ClusterRoles, the default
+Not emulated: ABAC/webhook authorizers, aggregated ClusterRoles, the default
 `system:*` roles, SubjectAccessReviews.
 """
 

@@ -131,6 +131,22 @@ BUILTINS: tuple[ResourceInfo, ...] = (
         namespaced=False,
     ),
     _builtin("coordination.k8s.io", "v1", "leases", "Lease"),
+    # Object-count limits are enforced at create (quota.py).
+    _builtin(
+        "", "v1", "resourcequotas", "ResourceQuota", short=("quota",), subresources=("status",)
+    ),
+    # Stored and served only (the chart's gateway renders them).
+    _builtin(
+        "policy",
+        "v1",
+        "poddisruptionbudgets",
+        "PodDisruptionBudget",
+        short=("pdb",),
+        subresources=("status",),
+    ),
+    _builtin(
+        "networking.k8s.io", "v1", "ingresses", "Ingress", short=("ing",), subresources=("status",)
+    ),
     # Answered, never stored (authn.py).
     _builtin(
         "authentication.k8s.io",

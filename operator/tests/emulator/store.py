@@ -21,7 +21,7 @@ from typing import Any
 
 from support.crd_schema import FieldError
 
-from . import admission, deletion, errors, patches
+from . import admission, deletion, errors, patches, quota
 from .resources import Registry, ResourceInfo
 from .selectors import Matcher
 from .watch import Change, Watcher
@@ -231,6 +231,8 @@ class Store:
             self._check_namespace_open(meta["namespace"])
         if self.find(info, meta.get("namespace"), meta["name"]) is not None:
             raise errors.already_exists(info.qualified, meta["name"], info.group)
+        if info.namespaced:
+            self._check_quota(info, meta["namespace"], meta["name"])
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = self.timestamp()
         meta["generation"] = 1
@@ -238,6 +240,16 @@ class Store:
             meta["resourceVersion"] = ""
             return obj, warnings
         return self.commit(info.group_resource, "ADDED", obj, None), warnings
+
+    def _check_quota(self, info: ResourceInfo, namespace: str, name: str) -> None:
+        quotas = [
+            q
+            for (ns, _), q in self.objects.get(("", "resourcequotas"), {}).items()
+            if ns == namespace
+        ]
+        if quotas:
+            stored = self.objects.get(info.group_resource, {})
+            quota.check(info, name, quotas, lambda: sum(ns == namespace for ns, _ in stored))
 
     def _generate_name(self, info: ResourceInfo, namespace: str | None, prefix: str) -> str:
         for _ in range(100):

@@ -172,3 +172,20 @@ async def test_a_bad_grader_is_a_400_naming_it(service: Service) -> None:
         )
     assert str(caught.value.body["param"]).startswith("method.reinforcement.grader")  # type: ignore[index]
     assert service.emulator.list(RLHFJOBS, "team-a") == []
+
+
+async def test_a_job_over_the_namespaces_quota_is_a_429(service: Service) -> None:
+    service.emulator.create(
+        "resourcequotas",
+        {"metadata": {"name": "rlhf"}, "spec": {"hard": {"count/rlhfjobs.rlhf.dev": "1"}}},
+        "team-a",
+    )
+    client = service.client("team-a")
+    training = await upload(client, SFT_ROWS)
+    await client.fine_tuning.jobs.create(model="tiny-llama-random", training_file=training)
+    with pytest.raises(openai.RateLimitError) as caught:
+        await client.fine_tuning.jobs.create(model="tiny-llama-random", training_file=training)
+    assert caught.value.body["code"] == "quota_exceeded"  # type: ignore[index]
+    assert "exceeded quota: rlhf" in caught.value.message
+    assert caught.value.response.headers["x-should-retry"] == "false"
+    assert len(service.emulator.list(RLHFJOBS, "team-a")) == 1
