@@ -10,10 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from rlhf_operator.builders.children import render_children
 from rlhf_operator.render import render_file
 from rlhf_operator.settings import OperatorSettings
+from rlhf_trainer.config import validation_messages
+from rlhf_trainer.config.env_rules import is_credential, reserved_reason
 from support.examples import example_files, local_only_examples
 from support.pod_security import violations
 
@@ -101,24 +104,23 @@ def test_the_cluster_and_every_ray_client_use_the_jobs_token(name: str, ray_job:
         assert ref == {"name": secret, "key": "auth_token"}, role
 
 
-def test_a_job_cannot_switch_its_ray_authentication_off() -> None:
-    job = make_job(
-        env=[
-            {"name": "RAY_AUTH_MODE", "value": "disabled"},
-            {"name": "RAY_AUTH_TOKEN", "value": "known"},
-            {"name": "RLHF_JOB_REPORT", "value": "another-jobs-report"},
-            {"name": "HOME", "value": "/"},
-        ]
-    )
-    ray_job = render_children(job, SETTINGS).ray_job
+@pytest.mark.parametrize(
+    "name", ["RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RLHF_JOB_REPORT", "HOME", "RAY_ADDRESS"]
+)
+def test_a_job_cannot_switch_its_ray_authentication_off(name: str) -> None:
+    """Refused, not dropped: the author learns why (rlhf_trainer.config.env_rules)."""
+    with pytest.raises(ValidationError) as err:
+        make_job(env=[{"name": name, "value": "disabled"}])
+    assert validation_messages(err.value)[0].startswith(f"spec.env[0].name: {name}: ")
+
+
+def test_every_variable_the_operator_sets_is_reserved() -> None:
+    """One truth: what the builders put in a pod beside spec.env, spec.env cannot name."""
+    ray_job = render_children(make_job(), SETTINGS).ray_job
     for role, pod in _pods(ray_job).items():
-        env = list(pod["containers"][0]["env"])
-        modes = [e.get("value") for e in env if e["name"] == "RAY_AUTH_MODE"]
-        assert modes == ["token"], role
-        tokens = [e for e in env if e["name"] == "RAY_AUTH_TOKEN"]
-        assert len(tokens) == 1 and "valueFrom" in tokens[0], role
-        reports = [e["value"] for e in env if e["name"] == "RLHF_JOB_REPORT"]
-        assert reports in ([], ["ppo-7b-report"]), role
+        ours = {e["name"] for e in pod["containers"][0]["env"]}
+        settable = {n for n in ours if reserved_reason(n) is None and not is_credential(n)}
+        assert not settable, (role, settable)
 
 
 def test_scratch_sizes_follow_the_spec() -> None:

@@ -11,6 +11,7 @@ from rlhf_trainer.config import (
     AlgorithmName,
     JobConfig,
     JobSpec,
+    RolloutConfig,
     load_document,
     role_devices,
     validation_messages,
@@ -50,12 +51,28 @@ def test_defaults_follow_openrlhf() -> None:
 
 
 def test_camel_case_on_the_wire_and_snake_case_in_python() -> None:
-    cfg = JobConfig.model_validate(minimal(rollout={"samples_per_prompt": 2}))
+    cfg = JobConfig.model_validate(minimal(rollout={"samplesPerPrompt": 2}))
     assert cfg.rollout.samples_per_prompt == 2
+    assert RolloutConfig(samples_per_prompt=2) == cfg.rollout  # keyword construction
     dumped = cfg.to_manifest()
     assert dumped["rollout"]["samplesPerPrompt"] == 2
     assert dumped["algorithm"]["lambda"] == 0.95
     assert JobConfig.model_validate(dumped) == cfg
+
+
+@pytest.mark.parametrize(
+    ("sections", "field"),
+    [
+        ({"rollout": {"samples_per_prompt": 2}}, "rollout.samples_per_prompt"),
+        ({"placement": {"node_selector": {"a": "b"}}}, "placement.node_selector"),
+        ({"checkpoint": {"every_steps": 2}}, "checkpoint.every_steps"),
+    ],
+)
+def test_snake_case_in_data_is_an_unknown_field(sections: dict[str, Any], field: str) -> None:
+    """The API server prunes or refuses what the CRD does not name: so do we."""
+    assert any(
+        m.startswith(field) and "unknown field" in m for m in messages(minimal(**sections))
+    ), messages(minimal(**sections))
 
 
 @pytest.mark.parametrize(
@@ -218,6 +235,6 @@ def test_unknown_and_inline_secret_fields_are_rejected() -> None:
     ]
     spec_doc = {**minimal(), "env": [{"name": "WANDB_API_KEY", "value": "k"}]}
     assert messages(spec_doc, JobSpec) == [
-        "env[0]: WANDB_API_KEY must not be inlined: reference a Secret with spec.secrets "
-        "(wandbApiKey) or valueFrom.secretKeyRef"
+        "env[0].value: WANDB_API_KEY holds a credential and must not be inlined: reference a "
+        "Secret with spec.secrets.wandbApiKey or valueFrom.secretKeyRef"
     ]

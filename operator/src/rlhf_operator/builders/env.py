@@ -9,24 +9,8 @@ from rlhf_trainer.config.report import REPORT_ENV
 
 from ..api.v1alpha1 import RLHFJob
 from .common import JSON, report_name
-from .secret import RAY_AUTH_MODE_ENV, RAY_AUTH_TOKEN_ENV, ray_auth_env
+from .secret import ray_auth_env
 from .volumes import HOME_DIR, checkpoint_dir, output_dir
-
-# Names the operator sets; spec.env cannot override them (a job must not turn its own Ray
-# authentication off, nor report into another object).
-RESERVED_ENV = (
-    "RLHF_JOB_NAME",
-    "RLHF_JOB_NAMESPACE",
-    JOB_UID_ENV,
-    "RLHF_JOB_ATTEMPT",
-    "RLHF_CHECKPOINT_DIR",
-    "RLHF_OUTPUT_DIR",
-    REPORT_ENV,
-    "RAY_JOB_STOP_WAIT_TIME_S",
-    RAY_AUTH_MODE_ENV,
-    RAY_AUTH_TOKEN_ENV,
-    "HOME",
-)
 
 
 def _secret(name: str, ref: JSON) -> JSON:
@@ -35,7 +19,8 @@ def _secret(name: str, ref: JSON) -> JSON:
 
 def trainer_env(job: RLHFJob, attempt: int) -> list[JSON]:
     spec = job.spec
-    env: list[JSON] = [e.to_manifest() for e in spec.env if e.name not in RESERVED_ENV]
+    # spec.env cannot name what the operator sets below (rlhf_trainer.config.env_rules).
+    env: list[JSON] = [e.to_manifest() for e in spec.env]
     secrets = spec.secrets
     for var, ref in (("HF_TOKEN", secrets.hf_token), ("WANDB_API_KEY", secrets.wandb_api_key)):
         if ref is not None:

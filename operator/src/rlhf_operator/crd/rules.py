@@ -16,6 +16,13 @@ from rlhf_trainer.config.algorithm import (
     ONLINE_ALGORITHMS,
     AlgorithmName,
 )
+from rlhf_trainer.config.env_rules import (
+    CREDENTIAL_ENV_VARS,
+    CREDENTIAL_PATTERN,
+    RESERVED_NAMES,
+    RESERVED_PREFIXES,
+    TUNABLE_RLHF_ENV,
+)
 from rlhf_trainer.config.models import SOURCE_KEYS
 from rlhf_trainer.config.sources import SINGLE_ROLES
 
@@ -55,7 +62,32 @@ _EXACTLY_ONE_MODEL_SOURCE: Rule = {
     "message": f"set exactly one of {SOURCE_KEYS}",
 }
 
+
+def _cel_strings(values: frozenset[str] | set[str]) -> str:
+    return "[" + ", ".join(f"'{v}'" for v in sorted(values)) + "]"
+
+
+# spec.env: the names rlhf_trainer.config.env_rules refuses, in the same words' short form.
+_PREFIXES = " || ".join(f"self.name.startsWith('{p}')" for p in RESERVED_PREFIXES)
+ENV_RULES: list[Rule] = [
+    {
+        "rule": f"!(self.name in {_cel_strings(RESERVED_NAMES)}) && !({_PREFIXES}) && "
+        f"(!self.name.startsWith('RLHF_') || self.name in {_cel_strings(TUNABLE_RLHF_ENV)})",
+        "message": "reserved: set by the operator, KubeRay or Kubernetes, or it changes which "
+        "code runs (rlhf validate says why)",
+        "fieldPath": ".name",
+    },
+    {
+        "rule": f"!(self.name in {_cel_strings(set(CREDENTIAL_ENV_VARS))} || "
+        f"self.name.matches('{CREDENTIAL_PATTERN}')) || "
+        "(has(self.valueFrom) && has(self.valueFrom.secretKeyRef))",
+        "message": "a credential: set it by valueFrom.secretKeyRef, never inline",
+        "fieldPath": ".name",
+    },
+]
+
 RULES: dict[str, list[Rule]] = {
+    "spec.env[]": ENV_RULES,
     "": [
         {
             "rule": "self.metadata.name.size() <= 40",
@@ -190,4 +222,4 @@ RULES: dict[str, list[Rule]] = {
 PIPELINE_RULES: dict[str, list[Rule]] = {
     f"spec.stages[].spec.models.{role}": [_EXACTLY_ONE_MODEL_SOURCE]
     for role in (*SINGLE_ROLES, "rewardModels[]")
-}
+} | {"spec.stages[].spec.env[]": ENV_RULES}

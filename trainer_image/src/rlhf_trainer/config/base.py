@@ -3,26 +3,65 @@
 Manifests are written in camelCase (Kubernetes convention); Python code uses snake_case
 attribute names. Unknown keys are errors, so a typo such as `samplePerPrompt` is caught
 instead of silently falling back to a default.
+
+Data is read by the CRD's names only: `node_selector` in a manifest is an unknown field, as
+the API server prunes or refuses it, so `rlhf validate`, `render` and the operator never apply
+what a cluster would not store. Python code constructs models by attribute name
+(`PlacementConfig(actor_gpus=2)`): only keyword construction accepts those.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
+from pydantic.config import ExtraValues
 from pydantic_core import PydanticCustomError
 
 
-class ConfigModel(BaseModel):
+class ManifestModel(BaseModel):
+    """A model of manifest data: `model_validate` reads the CRD's (alias) names only."""
+
+    @classmethod
+    def model_validate(
+        cls,
+        obj: Any,
+        *,
+        strict: bool | None = None,
+        extra: ExtraValues | None = None,
+        from_attributes: bool | None = None,
+        context: Any | None = None,
+        by_alias: bool | None = None,
+        by_name: bool | None = None,
+    ) -> Self:
+        """Validate data (a manifest's dict): by the CRD's camelCase names only, unless
+        `by_name=True` is asked for explicitly."""
+        return super().model_validate(
+            obj,
+            strict=strict,
+            extra=extra,
+            from_attributes=from_attributes,
+            context=context,
+            by_alias=by_alias,
+            by_name=False if by_name is None else by_name,
+        )
+
+
+class ConfigModel(ManifestModel):
     model_config = ConfigDict(
         alias_generator=to_camel,
-        populate_by_name=True,
+        validate_by_alias=True,
+        # Keyword construction in Python (`PlacementConfig(actor_gpus=2)`); data is read by
+        # ManifestModel.model_validate, which takes the CRD's names only.
+        validate_by_name=True,
         extra="forbid",
         frozen=True,
         use_enum_values=False,
         validate_default=True,
+        # JSON, and so Kubernetes, has no infinity or NaN.
+        allow_inf_nan=False,
     )
 
     def to_manifest(self) -> dict[str, Any]:

@@ -9,21 +9,18 @@ import ipaddress
 from enum import StrEnum
 from typing import Annotated, Self
 
-from pydantic import AfterValidator, Field, StringConstraints, model_validator
+from pydantic import AfterValidator, Field, StringConstraints, field_validator, model_validator
 
-from .base import ConfigModel
-from .names import CIDR
+from .base import ConfigModel, Problem, raise_problems
+from .env_rules import inline_credential_reason, is_credential, reserved_reason
+from .names import CIDR, ENV_NAME
 from .refs import ConfigMapKeyRef, SecretKeyRef
 
 __all__ = ["ConfigMapKeyRef", "SecretKeyRef"]
 
-
-# Credentials that must come from a Secret, and the spec.secrets field that sets each.
-CREDENTIAL_ENV_VARS = {
-    "HF_TOKEN": "hfToken",
-    "HUGGING_FACE_HUB_TOKEN": "hfToken",
-    "WANDB_API_KEY": "wandbApiKey",
-}
+# Bounds that keep every rendered object within Kubernetes' size limits (see sizes.py).
+ENV_MAX_ITEMS = 128
+ENV_VALUE_MAX_LENGTH = 32768
 
 
 class EnvVarSource(ConfigModel):
@@ -38,19 +35,28 @@ class EnvVarSource(ConfigModel):
 
 
 class EnvVar(ConfigModel):
-    name: str = Field(pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
-    value: str | None = None
+    """One variable of every container; reserved names refused, credentials by Secret only."""
+
+    name: str = Field(min_length=1, max_length=128, pattern=ENV_NAME)
+    value: str | None = Field(None, max_length=ENV_VALUE_MAX_LENGTH)
     value_from: EnvVarSource | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _not_reserved(cls, name: str) -> str:
+        reason = reserved_reason(name)
+        if reason is not None:
+            raise ValueError(f"{name}: {reason}")
+        return name
 
     @model_validator(mode="after")
     def _value_or_ref(self) -> Self:
         if self.value is not None and self.value_from is not None:
             raise ValueError("set value or valueFrom, not both")
-        if self.value is not None and self.name in CREDENTIAL_ENV_VARS:
-            raise ValueError(
-                f"{self.name} must not be inlined: reference a Secret with "
-                f"spec.secrets ({CREDENTIAL_ENV_VARS[self.name]}) or valueFrom.secretKeyRef"
-            )
+        secret = self.value_from is not None and self.value_from.secret_key_ref is not None
+        if is_credential(self.name) and not secret:
+            where = "value" if self.value is not None else "valueFrom"
+            raise_problems([Problem(where, inline_credential_reason(self.name))])
         return self
 
 

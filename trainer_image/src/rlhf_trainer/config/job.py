@@ -9,8 +9,9 @@ from pydantic import Field, StringConstraints, ValidationInfo, model_validator
 from .algorithm import AlgorithmConfig
 from .base import ConfigModel, raise_problems
 from .checkpoint import CheckpointConfig, ResumePolicy
-from .cluster import EnvVar, NetworkConfig, PullPolicy, RunPolicy, SecretRefs
+from .cluster import ENV_MAX_ITEMS, EnvVar, NetworkConfig, PullPolicy, RunPolicy, SecretRefs
 from .data import DataConfig
+from .env_rules import env_problems
 from .logging import LoggingConfig
 from .models import ModelsConfig
 from .names import DNS_SUBDOMAIN, IMAGE
@@ -50,13 +51,13 @@ class JobConfig(ConfigModel):
 
     def with_overrides(self, *, resume: str | None, max_steps: int | None) -> JobConfig:
         """This job with `rlhf run --resume/--max-steps` applied (validated again)."""
-        doc = self.model_dump(by_alias=False)
+        doc = self.model_dump(by_alias=True, exclude_none=True)
         if resume is not None:
             doc["checkpoint"]["resume"] = ResumePolicy(resume)
             if resume == ResumePolicy.NEVER:  # "start fresh" outranks a named checkpoint
-                doc["checkpoint"]["resume_from"] = None
+                doc["checkpoint"].pop("resumeFrom", None)
         if max_steps is not None:
-            doc["training"]["max_steps"] = max_steps
+            doc["training"]["maxSteps"] = max_steps
         return JobConfig.model_validate(doc)
 
 
@@ -71,17 +72,29 @@ class JobSpec(JobConfig):
         description="Trainer image; default: the operator's setting.",
     )
     image_pull_policy: PullPolicy = PullPolicy.IF_NOT_PRESENT
-    image_pull_secrets: list[Annotated[str, StringConstraints(pattern=DNS_SUBDOMAIN)]] = Field(
-        default_factory=list
+    image_pull_secrets: list[
+        Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)]
+    ] = Field(default_factory=list, max_length=16)
+    env: list[EnvVar] = Field(
+        default_factory=list,
+        max_length=ENV_MAX_ITEMS,
+        description="Variables of every container of the job. Not: the operator's own, RLHF_* "
+        "(but RLHF_TRACEBACK, RLHF_VERBOSE, RLHF_WEIGHT_SYNC, RLHF_THREADS_PER_RANK), where "
+        "Ray or the API server is (RAY_ADDRESS, KUBERNETES_*), the loader's, Python's or a "
+        "shell's hooks (LD_*, PYTHONPATH, PATH, BASH_ENV...); credentials (*_TOKEN, "
+        "*_PASSWORD, *_API_KEY...) by valueFrom.secretKeyRef only; each name once.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
-    env: list[EnvVar] = Field(default_factory=list)
     secrets: SecretRefs = Field(default_factory=SecretRefs)
     run_policy: RunPolicy = Field(default_factory=RunPolicy)
     network: NetworkConfig = Field(default_factory=NetworkConfig)
 
+    @model_validator(mode="after")
+    def _env_rules(self) -> Self:
+        raise_problems(env_problems(self))
+        return self
+
     def job_config(self) -> JobConfig:
         """The trainer's part, as the operator writes it into the job ConfigMap."""
         keys = set(JobConfig.model_fields)
-        return JobConfig.model_validate(
-            {k: v for k, v in self.model_dump(by_alias=False).items() if k in keys}
-        )
+        return JobConfig(**{k: getattr(self, k) for k in keys})

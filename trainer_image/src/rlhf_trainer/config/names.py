@@ -7,12 +7,16 @@ CRD and by `rlhf validate` before it can reach a shell or the scheduler.
 
 from __future__ import annotations
 
-# RFC 1123 subdomain (most object names: PriorityClass, Secret, PVC, StorageClass, ...).
-DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
+# RFC 1123 subdomain (most object names: PriorityClass, Secret, PVC, StorageClass, ...):
+# dot-separated labels, so no `..` (the length, at most 253, is each field's maxLength).
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 # RFC 1123 label (namespaced names that become labels, e.g. a Kueue LocalQueue).
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
-# A key inside a ConfigMap or Secret.
-DATA_KEY = r"^[-._a-zA-Z0-9]{1,253}$"
+# A key inside a ConfigMap or Secret: not `.` or `..`, nor starting with `..` (the kubelet's
+# own entries of a mounted volume, `..data`); at most 253 characters (each field's maxLength).
+DATA_KEY = r"^(\.[-_a-zA-Z0-9][-._a-zA-Z0-9]*|[-_a-zA-Z0-9][-._a-zA-Z0-9]*)$"
+# An environment variable's name as the API server takes it (C identifier plus '-' and '.').
+ENV_NAME = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
 # A storage size (a Kubernetes quantity in bytes: no milli).
 STORAGE_QUANTITY = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$"
 # A Kubernetes extended resource: a domain-prefixed name such as nvidia.com/gpu.

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from rlhf_trainer.config import API_GROUP, JobSpec
 from rlhf_trainer.config import KIND as CONFIG_KIND
+from rlhf_trainer.config.base import ManifestModel
 
 from .status import RLHFJobStatus
 
@@ -24,7 +25,7 @@ SHORT_NAMES = ["rlhf"]
 CATEGORIES = ["rlhf-all", "ml"]
 
 
-class Resource(BaseModel):
+class Resource(ManifestModel):
     """One of our resources as the API server returns it. `metadata` stays a plain dict: it is
     Kubernetes' ObjectMeta, validated by the server, not by us."""
 
