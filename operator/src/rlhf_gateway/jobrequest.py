@@ -144,10 +144,12 @@ def translate(
     validation: FileRef | None,
     rl_algorithm: AlgorithmName,
     reward: dict[str, Any] | None = None,
+    object_store: dict[str, Any] | None = None,
 ) -> Translation:
     """The RLHFJob spec of a request (pure). `actor` is the model source the job trains (the
     catalog's, or `fromJob` of a fine-tuned model); `reward` what a reinforcement job's
-    grader becomes in the spec (the trainer's graders)."""
+    grader becomes in the spec (the trainer's graders); `object_store` how the job reaches
+    s3:// files (the platform's store, unless the catalog entry names one)."""
     kind = req.method_type()
     algorithm = _algorithm(kind, rl_algorithm)
     out = Translation(copy.deepcopy(base.spec))
@@ -158,6 +160,8 @@ def translate(
         out.set(f"data.{key}", column, "training_file")
     if validation is not None:
         out.set("data.eval", [{"path": validation.location}], "validation_file")
+    if object_store and training.location.startswith("s3://") and "objectStore" not in out.spec:
+        out.set("objectStore", object_store, "training_file")
     if reward is not None:
         for key, value in reward.items():
             out.set(key, value, f"method.{kind}.grader", deep=True)

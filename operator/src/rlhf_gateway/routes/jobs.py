@@ -114,6 +114,9 @@ async def create_job(gw: GatewayDep, api: TenantDep, req: CreateJobRequest) -> F
         validation=validation,
         rl_algorithm=gw.settings.reinforcement_algorithm,
         reward=reward,
+        object_store=(
+            gw.settings.files.object_store.to_manifest() if gw.settings.files.object_store else None
+        ),
     )
     hp, _ = req.hyper()
     name = new_job_id()
