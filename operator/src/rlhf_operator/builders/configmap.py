@@ -40,6 +40,9 @@ def pod_job_config(job: RLHFJob) -> dict[str, Any]:
             ref = source.pop("configMapRef")
             source["path"] = config_map_path(ref["name"], ref["key"])
     config["checkpoint"]["dir"] = checkpoint_dir(job)
+    # The trainer reads only the guardrails of runPolicy; the rest (suspend, retries) is the
+    # operator's, and a change to it must not change the trainer's config.
+    config["runPolicy"] = {"guardrails": config["runPolicy"]["guardrails"]}
     return config
 
 

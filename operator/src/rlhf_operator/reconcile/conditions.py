@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from rlhf_trainer.config.guardrails import Guard
+
 from ..api.v1alpha1 import (
     Condition,
     ConditionReason,
@@ -25,6 +27,16 @@ TERMINAL_FAILURES = {
     R.DEADLINE_EXCEEDED,
     R.STARTUP_TIMEOUT,
     R.NOT_RETRYABLE,
+    R.GUARDRAIL_TRIPPED,
+}
+# Healthy=False names the guard that tripped.
+GUARD_REASONS = {
+    Guard.NON_FINITE: R.NON_FINITE_METRIC,
+    Guard.KL: R.KL_ABOVE_BOUND,
+    Guard.SHORT_RESPONSES: R.RESPONSES_TOO_SHORT,
+    Guard.LONG_RESPONSES: R.RESPONSES_TRUNCATED,
+    Guard.REWARD_EVAL_DIVERGENCE: R.REWARD_EVAL_DIVERGENCE,
+    Guard.ENTROPY: R.ENTROPY_COLLAPSE,
 }
 # Failed for these reasons stops a still-existing RayJob (its pods hold GPUs).
 STOPPING_FAILURES = {R.DEADLINE_EXCEEDED, R.STARTUP_TIMEOUT}

@@ -15,7 +15,7 @@ from ..api.v1alpha1 import (
     EventType,
     RLHFJobStatus,
 )
-from .conditions import REFUSALS, TERMINAL_FAILURES
+from .conditions import GUARD_REASONS, REFUSALS, TERMINAL_FAILURES
 from .diagnosis import POD_TROUBLE_REASONS
 
 
@@ -54,6 +54,9 @@ _ANNOUNCED: dict[tuple[ConditionType, ConditionStatus], dict[ConditionReason | N
     (_C.INPUTS_READY, _T): {None: _N},
     (_C.INPUTS_READY, _F): {_R.WAITING_FOR_JOB: _N, _R.INPUT_JOB_FAILED: _W},
     (_C.RESTARTED, _T): {_R.PREEMPTED: _N, None: _W},
+    # A guardrail trip; the Event quotes the metric, its values and the bound (the message).
+    (_C.HEALTHY, _F): dict.fromkeys(GUARD_REASONS.values(), _W),
+    (_C.HEALTHY, _T): {_R.GUARDRAIL_RESUMED: _N},
     (_C.CHILDREN_APPLIED, _F): {None: _W},
 }
 # Milestones: these changes are announced by name rather than by the condition's reason.

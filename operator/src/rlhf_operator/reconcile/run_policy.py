@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from rlhf_trainer.config import FailureClass
+from rlhf_trainer.config.guardrails import GuardrailAction, tripped_guard
 
 from ..api.v1alpha1 import (
     ConditionReason,
@@ -17,7 +18,7 @@ from ..api.v1alpha1 import (
     TrainerReport,
 )
 from ..builders.common import ray_job_name
-from .conditions import Conditions, F, R, T, format_time, parse_time
+from .conditions import GUARD_REASONS, Conditions, F, R, T, format_time, parse_time
 from .diagnosis import (
     Verdict,
     bounded,
@@ -72,6 +73,7 @@ class Machine:
         self.wake_at: datetime | None = None
         self.completion: str | None = None
         self.preemptions = 0
+        self.guardrail_trips = 0
         # The attempt that failed in this pass (its GPU time since the checkpoint is lost).
         self.failed_now = False
 
@@ -80,6 +82,7 @@ class Machine:
         current = self.observed.attempt(attempt)
         start, self.completion = prev.start_time, prev.completion_time
         self.preemptions = prev.preemptions
+        self.guardrail_trips = prev.guardrail_trips
         ended = current if current is not None and (current.failed or current.succeeded) else None
         if current is not None and current.succeeded:
             phase, message = self._succeeded(current)
@@ -113,6 +116,7 @@ class Machine:
             "ray_job": ray_job_ref(ray_job_name(self.job.name, attempt), current),
             "restarts": attempt,
             "preemptions": self.preemptions,
+            "guardrail_trips": self.guardrail_trips,
             "start_time": start,
             "completion_time": self.completion,
             "message": message or None,
@@ -163,6 +167,8 @@ class Machine:
         if kind is FailureClass.INVALID_SPEC:
             message = f"{why}; not retried: a retry cannot fix this"
             return self._finish_failed(R.NOT_RETRYABLE, message), attempt, message
+        if kind is FailureClass.UNHEALTHY:
+            return self._unhealthy(attempt, verdict)
         if kind is FailureClass.PREEMPTED:
             self.preemptions += 1
             message = (
@@ -170,12 +176,43 @@ class Machine:
                 "(preemptions do not count against runPolicy.backoffLimit)"
             )
             return self._restart(R.PREEMPTED, message), attempt + 1, message
-        used, limit = attempt - self.preemptions, self.policy.backoff_limit
+        used, limit = attempt - self.preemptions - self.guardrail_trips, self.policy.backoff_limit
         if used < limit:
             message = f"{why}; restart {used + 1} of {limit} resumes from the latest checkpoint"
             return self._restart(R.RETRYING, message), attempt + 1, message
         message = f"{why}; runPolicy.backoffLimit ({limit}) reached"
         return self._finish_failed(R.BACKOFF_LIMIT_EXCEEDED, message), attempt, message
+
+    def _unhealthy(self, attempt: int, verdict: Verdict) -> tuple[Phase, int, str]:
+        """A guardrail tripped (the trainer checkpointed the step and stopped). Healthy=False
+        names the guard, once, at the spec's generation of the trip; with `action: fail` the
+        job fails, else it stays suspended until the spec changes (the bound raised, or any
+        edit), and then the next attempt resumes from the checkpoint, not charged to
+        runPolicy.backoffLimit."""
+        c, generation = self.conds, self.job.metadata.get("generation")
+        healthy = c.get(ConditionType.HEALTHY)
+        tripped = healthy is not None and healthy.status is F
+        if not tripped:
+            guard = tripped_guard(verdict.detail)
+            reason = GUARD_REASONS.get(guard, R.GUARDRAIL_TRIPPED) if guard else R.GUARDRAIL_TRIPPED
+            c.set(ConditionType.HEALTHY, F, reason, verdict.detail)
+            self.guardrail_trips += 1
+        elif healthy is not None and healthy.observed_generation != generation:
+            message = (
+                f"the spec changed (generation {generation}) after the guardrail stopped "
+                f"attempt {attempt}; attempt {attempt + 1} resumes from the latest checkpoint"
+            )
+            c.set(ConditionType.HEALTHY, T, R.GUARDRAIL_RESUMED, message)
+            c.set(ConditionType.SUSPENDED, F, R.RESUMED, message)
+            return self._restart(R.GUARDRAIL_RESUMED, message), attempt + 1, message
+        message = bounded(f"attempt {attempt} stopped by a guardrail: {verdict.detail}")
+        if self.policy.guardrails.action == GuardrailAction.FAIL:
+            return self._finish_failed(R.GUARDRAIL_TRIPPED, message), attempt, message
+        c.set(ConditionType.SUSPENDED, T, R.GUARDRAIL_TRIPPED, message)
+        c.set(ConditionType.RUNNING, F, R.GUARDRAIL_TRIPPED, "stopped by a guardrail")
+        c.set(ConditionType.CLUSTER_READY, F, R.CLUSTER_SHUT_DOWN, "attempt ended")
+        edit = "change the spec (raise or turn off the guard) to resume from the checkpoint"
+        return Phase.SUSPENDED, attempt, f"{message}; {edit}"
 
     def _restart(self, reason: ConditionReason, message: str) -> Phase:
         self.conds.set(ConditionType.RESTARTED, T, reason, message)

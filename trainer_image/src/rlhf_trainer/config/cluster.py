@@ -13,6 +13,7 @@ from pydantic import AfterValidator, Field, StringConstraints, field_validator, 
 
 from .base import ConfigModel, Problem, raise_problems
 from .env_rules import inline_credential_reason, is_credential, reserved_reason
+from .guardrails import Guardrails
 from .names import CIDR, ENV_NAME
 from .refs import ConfigMapKeyRef, SecretKeyRef
 
@@ -92,6 +93,11 @@ class RunPolicy(ConfigModel):
         le=86400,
         description="Grace the pods get after SIGTERM (node drain, eviction) to checkpoint the "
         "last finished step; the pods' terminationGracePeriodSeconds.",
+    )
+    guardrails: Guardrails = Field(
+        default_factory=Guardrails,
+        description="Training-health checks after every step; a trip checkpoints, then "
+        "suspends (default) or fails the job.",
     )
 
 

@@ -26,7 +26,7 @@ from .training import TrainingConfig
 class JobConfig(ConfigModel):
     """Everything the trainer needs; `rlhf run` reads it, the operator writes it to a
     ConfigMap. Kubernetes-only keys of `placement` and `checkpoint` are ignored by the
-    trainer."""
+    trainer, and so are those of `runPolicy` but `guardrails`."""
 
     algorithm: AlgorithmConfig
     models: ModelsConfig
@@ -37,6 +37,8 @@ class JobConfig(ConfigModel):
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)
+    # The trainer reads only `guardrails` of it; the rest is the operator's (retries, deadline).
+    run_policy: RunPolicy = Field(default_factory=RunPolicy)
     object_store: ObjectStoreConfig | None = Field(
         None, description="The S3-compatible store of the job's s3:// inputs and output."
     )
@@ -86,7 +88,6 @@ class JobSpec(JobConfig):
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
     secrets: SecretRefs = Field(default_factory=SecretRefs)
-    run_policy: RunPolicy = Field(default_factory=RunPolicy)
     network: NetworkConfig = Field(default_factory=NetworkConfig)
 
     @model_validator(mode="after")

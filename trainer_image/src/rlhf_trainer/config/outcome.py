@@ -3,8 +3,9 @@
 The trainer exits with one of `ExitCode` and, on a cluster, writes the same outcome into its
 report (`status.trainer.outcome`, with the attempt it belongs to) before exiting. The operator
 decides from it whether a retry can help: `INVALID` ends the job at once (no retries),
-`PREEMPTED` is retried without counting against `runPolicy.backoffLimit`, `FAILED` (anything
-else: a crashed rank, a lost node, an OOM kill) is retried within the backoff limit.
+`PREEMPTED` is retried without counting against `runPolicy.backoffLimit`, `UNHEALTHY` (a
+guardrail tripped) suspends or fails the job as `runPolicy.guardrails.action` says, `FAILED`
+(anything else: a crashed rank, a lost node, an OOM kill) is retried within the backoff limit.
 
 The codes follow sysexits(3) where one fits, so they never collide with a signal's 128 + N.
 
@@ -25,6 +26,9 @@ class ExitCode(IntEnum):
     # A SIGTERM (node drain, Kueue eviction, spot reclaim): the last finished step is
     # checkpointed, and a retry resumes from it (EX_TEMPFAIL).
     PREEMPTED = 75
+    # A training-health guardrail tripped (runPolicy.guardrails): the step is checkpointed;
+    # the job is suspended or failed, never retried as it stands (EX_DATAERR).
+    UNHEALTHY = 65
     # A retry cannot fix it: the spec, the data, the reward function or the model (EX_CONFIG).
     INVALID = 78
     # Ctrl-C on a local run.
@@ -39,6 +43,8 @@ class FailureClass(StrEnum):
     INVALID_SPEC = "InvalidSpec"
     # Stopped from outside with time to checkpoint. Retried, not counted against backoffLimit.
     PREEMPTED = "Preempted"
+    # A training-health guardrail tripped: suspended or failed per its `action`, not retried.
+    UNHEALTHY = "Unhealthy"
     # Anything else: retried within runPolicy.backoffLimit.
     INFRASTRUCTURE = "Infrastructure"
 
@@ -48,7 +54,7 @@ class FailureClass(StrEnum):
 
     @property
     def retryable(self) -> bool:
-        return self is not FailureClass.INVALID_SPEC
+        return self not in (FailureClass.INVALID_SPEC, FailureClass.UNHEALTHY)
 
     @classmethod
     def from_exit_code(cls, code: int) -> FailureClass | None:
@@ -72,5 +78,6 @@ class InvalidSpecError(Exception):
 _EXIT_CODES = {
     FailureClass.INVALID_SPEC: ExitCode.INVALID,
     FailureClass.PREEMPTED: ExitCode.PREEMPTED,
+    FailureClass.UNHEALTHY: ExitCode.UNHEALTHY,
     FailureClass.INFRASTRUCTURE: ExitCode.FAILED,
 }

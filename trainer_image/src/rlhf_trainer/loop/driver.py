@@ -31,6 +31,7 @@ from rlhf_trainer.algos.masking import masked_mean
 from rlhf_trainer.algos.rewards import overlong_penalty
 from rlhf_trainer.checkpoint import CheckpointRef, TrainerState, publish_dir
 from rlhf_trainer.config import JobConfig, ResumePolicy
+from rlhf_trainer.context.health import HealthWatch, Unhealthy
 from rlhf_trainer.context.preemption import Preempted, StopCheck, never
 from rlhf_trainer.data.pretrain import PretrainBatches
 from rlhf_trainer.reporting.timing import StageTimer
@@ -133,6 +134,7 @@ class Trainer:
         # Each step's batch (in dynamic-sampling rounds or not): generated on the spot, or
         # ahead with `rollout.async`.
         self.rollouts = rollout_source(cfg, self, cluster, total_steps)
+        self.health = HealthWatch(cfg.run_policy.guardrails)
 
     def next_prompts(self, position: int) -> tuple[list[Any], int]:
         size = self.cfg.training.rollout_batch_size
@@ -145,7 +147,13 @@ class Trainer:
         try:
             while self.state.step < self.total_steps:
                 self.stop_if_requested()
-                self.state = self.train_step(self.state)
+                try:
+                    self.state = self.train_step(self.state)
+                except NonFiniteError as err:
+                    trip = self.health.diverged(self.state.step + 1, str(err))
+                    if trip is None:
+                        raise
+                    raise Unhealthy(trip) from err
             if self.saved_step != self.state.step:
                 self.checkpoint(self.state)
             if self.export_dir is not None and self.cfg.checkpoint.export_hf:
@@ -199,6 +207,9 @@ class Trainer:
                 self.checkpoint(new_state)
         self.report(step, samples, metrics, timer.timings())
         self.phase = "idle"
+        trip = self.health.check(step, metrics)
+        if trip is not None:  # `fit` checkpoints this step, then the run stops
+            raise Unhealthy(trip)
         return new_state
 
     def stop_if_requested(self) -> None:

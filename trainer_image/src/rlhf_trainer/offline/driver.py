@@ -33,6 +33,7 @@ from rlhf_trainer.checkpoint import (
     save_trainer_state,
 )
 from rlhf_trainer.config import JobConfig, ResumePolicy
+from rlhf_trainer.context.health import HealthWatch, Unhealthy
 from rlhf_trainer.context.preemption import Preempted, StopCheck, never
 from rlhf_trainer.objectives.collate import response_tokens
 from rlhf_trainer.reporting.timing import StageTimer
@@ -119,6 +120,7 @@ class OfflineTrainer:
         # "training" while an update may be half applied on the ranks (no checkpoint then).
         self.phase = "idle"
         self.failure_checkpoint: Path | None = None
+        self.health = HealthWatch.offline(cfg.run_policy.guardrails)
 
     # --- the loop -------------------------------------------------------------------------
     def fit(self) -> TrainerState:
@@ -179,6 +181,9 @@ class OfflineTrainer:
                 self.checkpoint(new_state)
         self.report(step, current, metrics, timer.timings())
         self.phase = "idle"
+        trip = self.health.check(step, metrics)
+        if trip is not None:  # `fit` checkpoints this step, then the run stops
+            raise Unhealthy(trip)
         return new_state, upcoming
 
     def report(

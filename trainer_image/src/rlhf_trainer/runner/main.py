@@ -31,6 +31,7 @@ from rlhf_trainer.config import (
 )
 from rlhf_trainer.config.outcome import ExitCode, FailureClass
 from rlhf_trainer.config.sources import local_run_problems
+from rlhf_trainer.context.health import Unhealthy
 from rlhf_trainer.context.job import JobError, RunContext, RunFailed, RunResult, run_dirs
 from rlhf_trainer.context.preemption import Preempted, StopCheck, StopOnSignal, never
 
@@ -207,6 +208,8 @@ def failure_message(err: BaseException) -> str:
             saved = f"; last checkpoint: {err.latest}"
     else:
         saved = "; no checkpoint"
+    if isinstance(err.cause, Unhealthy):
+        return f"{err.cause}{saved}"
     if isinstance(err.cause, Preempted):
         return f"preempted (SIGTERM) {where}{saved}; a resume (--resume auto) continues there"
     if isinstance(err.cause, KeyboardInterrupt):

@@ -16,6 +16,9 @@ errors (both carry the exception they wrap as `cause`), whether a retry can help
   `checkpoint.resumeFrom` names is missing or damaged).
 - `Preempted` (exit 75, retried without counting against backoffLimit): SIGTERM stopped the
   run at a step boundary, or Ray reports that a node was preempted under an actor.
+- `Unhealthy` (exit 65, never retried as it stands): a training-health guardrail
+  (`runPolicy.guardrails`) tripped; the step was checkpointed, and the operator suspends the
+  job (`action: suspend`, the default) or fails it (`action: fail`).
 - `Infrastructure` (exit 1, retried within backoffLimit): everything else: a rank or a node
   lost, an OOM kill, a reward function that timed out or whose process died, a remote reward
   service that does not answer, a diverged run (NaN/inf: a faulty device produces those too,
@@ -36,6 +39,7 @@ from collections.abc import Iterator
 from functools import cache
 
 from rlhf_trainer.config.outcome import ExitCode, FailureClass, InvalidSpecError
+from rlhf_trainer.context.health import Unhealthy
 from rlhf_trainer.context.job import RunFailed
 from rlhf_trainer.context.preemption import Preempted
 
@@ -56,6 +60,8 @@ def classify(err: BaseException) -> FailureClass:
     if isinstance(inner, Preempted) or getattr(inner, "preempted", False) is True:
         # The second test: Ray's RayActorError.preempted, an actor lost with a preempted node.
         return FailureClass.PREEMPTED
+    if isinstance(inner, Unhealthy):
+        return FailureClass.UNHEALTHY
     if isinstance(inner, InvalidSpecError) and not _network_failure(inner):
         return FailureClass.INVALID_SPEC
     return FailureClass.INFRASTRUCTURE

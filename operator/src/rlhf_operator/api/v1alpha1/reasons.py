@@ -59,6 +59,18 @@ class ConditionReason(StrEnum):
     # A `fromJob` source names a job that failed, or succeeded without exporting a model.
     INPUT_JOB_FAILED = "InputJobFailed"
     INPUTS_RESOLVED = "InputsResolved"
+    # A guardrail tripped: the attempt checkpointed and stopped; the job is suspended until its
+    # spec changes (e.g. the bound raised), or failed with `runPolicy.guardrails.action: fail`.
+    GUARDRAIL_TRIPPED = "GuardrailTripped"
+    # Healthy=False, one reason per guard of runPolicy.guardrails.
+    NON_FINITE_METRIC = "NonFiniteMetric"
+    KL_ABOVE_BOUND = "KLAboveBound"
+    RESPONSES_TOO_SHORT = "ResponsesTooShort"
+    RESPONSES_TRUNCATED = "ResponsesTruncated"
+    REWARD_EVAL_DIVERGENCE = "RewardEvalDivergence"
+    ENTROPY_COLLAPSE = "EntropyCollapse"
+    # Healthy=True again: the spec changed after a trip, and a new attempt resumes.
+    GUARDRAIL_RESUMED = "GuardrailResumed"
 
 
 class EventReason(StrEnum):

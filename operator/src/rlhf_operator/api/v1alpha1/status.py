@@ -43,6 +43,9 @@ class ConditionType(StrEnum):
     RESTARTED = "Restarted"
     # Every `fromJob` model source names a Succeeded RLHFJob's model (only on jobs with one).
     INPUTS_READY = "InputsReady"
+    # False: a training-health guardrail (runPolicy.guardrails) tripped; the reason names the
+    # guard, the message quotes the metric, its values and the bound.
+    HEALTHY = "Healthy"
 
 
 class ConditionStatus(StrEnum):
@@ -207,6 +210,12 @@ class RLHFJobStatus(ConfigModel):
         ge=0,
         description="Restarts after a preemption; they do not count against "
         "runPolicy.backoffLimit (restarts - preemptions do).",
+    )
+    guardrail_trips: int = Field(
+        0,
+        ge=0,
+        description="Attempts stopped by a runPolicy.guardrails trip; the restarts after them "
+        "(once the spec changed) do not count against runPolicy.backoffLimit.",
     )
     total_gpus: int | None = Field(None, ge=0, description="Mirror for printer columns.")
     start_time: str | None = None
