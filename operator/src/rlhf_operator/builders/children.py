@@ -15,6 +15,7 @@ from .pvc import build_pvc
 from .rayjob import build_ray_job
 from .report import build_report, build_role, build_role_binding, build_service_account
 from .secret import build_ray_token_secret
+from .sizes import check_sizes
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,7 @@ def render_children(
 ) -> Children:
     """Pure. `allocation`: the job's plan when the caller has it (a reconcile pass planned
     it once), else planned here. Raises PlacementError / BuildError (both name the spec
-    field) when impossible."""
+    field) when impossible, or when an object would be too big for Kubernetes to store."""
     allocation = allocation if allocation is not None else plan(job.spec)
     support = [
         build_service_account(job),
@@ -62,4 +63,5 @@ def render_children(
         attempt=attempt,
         suspend=job.spec.run_policy.suspend if suspend is None else suspend,
     )
+    check_sizes(job, [*support, ray_job])
     return Children(allocation, support, ray_job)

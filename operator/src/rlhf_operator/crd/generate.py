@@ -98,6 +98,8 @@ def _structural(node: Schema) -> Schema:
             node.setdefault("x-kubernetes-validations", []).append(
                 {"rule": f"self {op} {value}", "message": f"must be {op} {value}"}
             )
+    if "patternProperties" in node:  # a map with constrained keys: values typed, keys by CEL
+        node = _keys_by_cel(node)
     if "prefixItems" in node:  # fixed-size tuples, e.g. adamBetas
         items = node.pop("prefixItems")
         node["items"] = _structural(items[0])
@@ -134,6 +136,31 @@ def _structural(node: Schema) -> Schema:
     if nullable:
         node["nullable"] = True
     return _ordered(node)
+
+
+def _keys_by_cel(node: Schema) -> Schema:
+    """pydantic says a dict's key constraints with `patternProperties` and `propertyNames`,
+    which structural schemas forbid: the values become `additionalProperties`, the keys a CEL
+    rule (the API server then refuses a bad key naming the map)."""
+    (pattern, values), *more = node.pop("patternProperties").items()
+    if more:
+        raise ValueError("a map with more than one key pattern")
+    names = node.pop("propertyNames", {})
+    node["additionalProperties"] = values
+    checks = []
+    if "maxLength" in names:
+        checks.append(f"size(k) <= {names['maxLength']}")
+    if names.get("minLength", 0) > 0:
+        checks.append(f"size(k) >= {names['minLength']}")
+    checks.append(f"k.matches(r'{pattern}')")  # a raw string: CEL has no `\.` escape
+    limit = f" of at most {names['maxLength']} characters" if "maxLength" in names else ""
+    node.setdefault("x-kubernetes-validations", []).append(
+        {
+            "rule": f"self.all(k, {' && '.join(checks)})",
+            "message": f"every key must match {pattern}{limit}",
+        }
+    )
+    return node
 
 
 _KEY_ORDER = ["type", "description", "nullable", "default", "enum"]

@@ -86,8 +86,28 @@ ENV_RULES: list[Rule] = [
     },
 ]
 
+# spec.placement.tolerations[]: what the API server checks of a pod's tolerations.
+TOLERATION_RULES: list[Rule] = [
+    {
+        "rule": "self.operator != 'Exists' || !has(self.value) || self.value == ''",
+        "message": "value must be empty with operator: Exists",
+        "fieldPath": ".value",
+    },
+    {
+        "rule": "(has(self.key) && self.key != '') || self.operator == 'Exists'",
+        "message": "operator must be Exists when key is empty",
+        "fieldPath": ".operator",
+    },
+    {
+        "rule": "!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
+        "message": "tolerationSeconds only with effect: NoExecute",
+        "fieldPath": ".tolerationSeconds",
+    },
+]
+
 RULES: dict[str, list[Rule]] = {
     "spec.env[]": ENV_RULES,
+    "spec.placement.tolerations[]": TOLERATION_RULES,
     "": [
         {
             "rule": "self.metadata.name.size() <= 40",
@@ -222,4 +242,7 @@ RULES: dict[str, list[Rule]] = {
 PIPELINE_RULES: dict[str, list[Rule]] = {
     f"spec.stages[].spec.models.{role}": [_EXACTLY_ONE_MODEL_SOURCE]
     for role in (*SINGLE_ROLES, "rewardModels[]")
-} | {"spec.stages[].spec.env[]": ENV_RULES}
+} | {
+    "spec.stages[].spec.env[]": ENV_RULES,
+    "spec.stages[].spec.placement.tolerations[]": TOLERATION_RULES,
+}

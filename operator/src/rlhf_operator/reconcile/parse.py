@@ -24,7 +24,8 @@ from ..api.v1alpha1 import (
     TrainerReport,
 )
 from ..builders.allocation import PlacementError, plan
-from ..builders.common import BuildError, trainer_image
+from ..builders.children import render_children
+from ..builders.common import BuildError
 from ..settings import OperatorSettings
 from .platform_policy import policy_problems
 
@@ -72,7 +73,8 @@ def parse(body: Mapping[str, Any], settings: OperatorSettings) -> Parsed:
         return _refused(base, ConditionReason.POLICY_VIOLATION, problems)
     try:
         allocation = plan(spec)
-        trainer_image(job, settings)  # the builders' only other failure
+        # The builders' other failures: no image, an object too big for Kubernetes.
+        render_children(job, settings, allocation=allocation)
     except PlacementError as err:
         return _refused(base, ConditionReason.PLACEMENT_IMPOSSIBLE, [str(err)])
     except BuildError as err:

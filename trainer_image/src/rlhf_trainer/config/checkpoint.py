@@ -8,7 +8,7 @@ from typing import Self
 from pydantic import Field, model_validator
 
 from .base import ConfigModel
-from .names import DNS_SUBDOMAIN, STORAGE_QUANTITY
+from .names import DNS_SUBDOMAIN, QUANTITY_MAX_LENGTH, STORAGE_QUANTITY
 
 # `checkpoint.resumeFrom: latest`: the newest checkpoint of the directory, whoever wrote it.
 RESUME_LATEST = "latest"
@@ -34,7 +34,7 @@ class CheckpointStorage(ConfigModel):
     `size`; without this section the operator creates one of its default size."""
 
     claim_name: str | None = Field(None, min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)
-    size: str | None = Field(None, pattern=STORAGE_QUANTITY)
+    size: str | None = Field(None, max_length=QUANTITY_MAX_LENGTH, pattern=STORAGE_QUANTITY)
     storage_class_name: str | None = Field(
         None, min_length=1, max_length=253, pattern=DNS_SUBDOMAIN
     )

@@ -19,6 +19,7 @@ from .output import ObjectStoreConfig, OutputConfig
 from .placement import PlacementConfig
 from .rollout import RolloutConfig
 from .rules import job_problems
+from .sizes import size_problems
 from .sources import IN_PIPELINE, stage_outside_pipeline_problems
 from .training import TrainingConfig
 
@@ -92,7 +93,7 @@ class JobSpec(JobConfig):
 
     @model_validator(mode="after")
     def _env_rules(self) -> Self:
-        raise_problems(env_problems(self))
+        raise_problems(env_problems(self) + size_problems(self))
         return self
 
     def job_config(self) -> JobConfig:

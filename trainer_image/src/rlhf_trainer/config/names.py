@@ -17,8 +17,22 @@ DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 DATA_KEY = r"^(\.[-_a-zA-Z0-9][-._a-zA-Z0-9]*|[-_a-zA-Z0-9][-._a-zA-Z0-9]*)$"
 # An environment variable's name as the API server takes it (C identifier plus '-' and '.').
 ENV_NAME = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
-# A storage size (a Kubernetes quantity in bytes: no milli).
-STORAGE_QUANTITY = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$"
+# A storage size (a Kubernetes quantity in bytes: no milli), greater than zero (the API server
+# refuses a PVC of 0 bytes; an emptyDir of 0 bytes would evict its pod at once).
+STORAGE_QUANTITY = r"^([1-9][0-9]*(\.[0-9]+)?|0\.[0-9]*[1-9][0-9]*)(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$"
+# CPU or memory of a container, greater than zero.
+RESOURCE_QUANTITY = r"^([1-9][0-9]*(\.[0-9]+)?|0\.[0-9]*[1-9][0-9]*)(m|Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$"
+# Quantities are short; a limit keeps them within what the API server parses (int64 scaled).
+QUANTITY_MAX_LENGTH = 24
+# A label key or taint key (Kubernetes "qualified name"): an optional DNS subdomain prefix and
+# '/', then a name of at most 63 characters.
+QUALIFIED_NAME = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+QUALIFIED_NAME_MAX_LENGTH = 317  # 253 + '/' + 63
+# A label value or taint value: empty, or up to 63 characters of a restricted alphabet.
+LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$"
 # A Kubernetes extended resource: a domain-prefixed name such as nvidia.com/gpu.
 EXTENDED_RESOURCE = (
     r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"

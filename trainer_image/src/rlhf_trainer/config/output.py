@@ -13,6 +13,7 @@ from pydantic import Field
 
 from .base import ConfigModel
 from .locations import S3_SCHEME
+from .names import DATA_KEY, DNS_SUBDOMAIN
 
 
 class S3CredentialsRef(ConfigModel):
@@ -20,9 +21,13 @@ class S3CredentialsRef(ConfigModel):
     and AWS_SECRET_ACCESS_KEY. Without it the trainer uses the pod's own identity (IRSA,
     Workload Identity) or the environment."""
 
-    name: str = Field(min_length=1, max_length=253)
-    access_key_id_key: str = Field("AWS_ACCESS_KEY_ID", min_length=1, max_length=253)
-    secret_access_key_key: str = Field("AWS_SECRET_ACCESS_KEY", min_length=1, max_length=253)
+    name: str = Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)
+    access_key_id_key: str = Field(
+        "AWS_ACCESS_KEY_ID", min_length=1, max_length=253, pattern=DATA_KEY
+    )
+    secret_access_key_key: str = Field(
+        "AWS_SECRET_ACCESS_KEY", min_length=1, max_length=253, pattern=DATA_KEY
+    )
 
 
 class ObjectStoreConfig(ConfigModel):
@@ -30,10 +35,11 @@ class ObjectStoreConfig(ConfigModel):
 
     endpoint_url: str | None = Field(
         None,
+        max_length=2048,
         pattern=r"^https?://[^\s]+$",
         description="Endpoint of an S3-compatible store (MinIO, Ceph, GCS...); default: AWS.",
     )
-    region: str | None = Field(None, min_length=1, max_length=64)
+    region: str | None = Field(None, min_length=1, max_length=64, pattern=r"^[a-z0-9][-a-z0-9]*$")
     credentials_secret: S3CredentialsRef | None = Field(
         None, description="Cluster only: the Secret with the access key pair."
     )

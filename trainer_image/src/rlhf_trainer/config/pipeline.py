@@ -17,6 +17,7 @@ from pydantic import Field, model_validator
 
 from .base import ConfigModel, Problem, raise_problems
 from .job import JobConfig, JobSpec
+from .sizes import object_problems
 from .sources import IN_PIPELINE, replace_sources, stage_references, with_pretrained
 
 PIPELINE_KIND = "RLHFPipeline"
@@ -48,7 +49,7 @@ class PipelineSpec(ConfigModel):
 
     @model_validator(mode="after")
     def _dag(self) -> Self:
-        raise_problems(dag_problems(self))
+        raise_problems(dag_problems(self) + object_problems(self.to_manifest(), "RLHFPipeline"))
         return self
 
     def stage(self, name: str) -> PipelineStage:

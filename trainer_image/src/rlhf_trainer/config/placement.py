@@ -4,14 +4,32 @@ placement groups), plus where pods may run (read by the operator only)."""
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Annotated, Self
 
-from pydantic import Field
+from pydantic import Field, StringConstraints, model_validator
 
-from .base import ConfigModel
+from .base import ConfigModel, Problem, raise_problems
 from .modelsize import SIZE_PATTERN
-from .names import DNS_LABEL, DNS_SUBDOMAIN, EXTENDED_RESOURCE, RAY_RESOURCE, STORAGE_QUANTITY
+from .names import (
+    DNS_LABEL,
+    DNS_SUBDOMAIN,
+    EXTENDED_RESOURCE,
+    LABEL_VALUE,
+    QUALIFIED_NAME,
+    QUALIFIED_NAME_MAX_LENGTH,
+    QUANTITY_MAX_LENGTH,
+    RAY_RESOURCE,
+    RESOURCE_QUANTITY,
+    STORAGE_QUANTITY,
+)
 
-QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$"
+QUANTITY_PATTERN = RESOURCE_QUANTITY
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+LabelKey = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=QUALIFIED_NAME_MAX_LENGTH, pattern=QUALIFIED_NAME),
+]
+LabelValue = Annotated[str, StringConstraints(max_length=63, pattern=LABEL_VALUE)]
 
 
 class Device(StrEnum):
@@ -32,30 +50,48 @@ class TaintEffect(StrEnum):
 
 
 class Toleration(ConfigModel):
-    key: str | None = None
+    """A pod toleration, refused where the API server would refuse it."""
+
+    key: str | None = Field(None, max_length=QUALIFIED_NAME_MAX_LENGTH, pattern=QUALIFIED_NAME)
     operator: TolerationOperator = TolerationOperator.EQUAL
-    value: str | None = None
+    value: str | None = Field(None, max_length=63, pattern=LABEL_VALUE)
     effect: TaintEffect | None = None
-    toleration_seconds: int | None = None
+    toleration_seconds: int | None = Field(None, ge=INT64_MIN, le=INT64_MAX)
+
+    @model_validator(mode="after")
+    def _as_the_api_server(self) -> Self:
+        problems = []
+        if self.operator is TolerationOperator.EXISTS and self.value:
+            problems.append(Problem("value", "must be empty with operator: Exists"))
+        if not self.key and self.operator is not TolerationOperator.EXISTS:
+            problems.append(Problem("operator", "must be Exists when key is empty"))
+        if self.toleration_seconds is not None and self.effect is not TaintEffect.NO_EXECUTE:
+            problems.append(Problem("tolerationSeconds", "only with effect: NoExecute"))
+        raise_problems(problems)
+        return self
 
 
 class PodResources(ConfigModel):
     """CPU and memory for the Ray pods; worker amounts are per GPU of the pod."""
 
-    head_cpu: str = Field("2", pattern=QUANTITY_PATTERN)
-    head_memory: str = Field("8Gi", pattern=QUANTITY_PATTERN)
-    worker_cpu_per_gpu: str = Field("8", pattern=QUANTITY_PATTERN)
-    worker_memory_per_gpu: str = Field("64Gi", pattern=QUANTITY_PATTERN)
+    head_cpu: str = Field("2", pattern=QUANTITY_PATTERN, max_length=QUANTITY_MAX_LENGTH)
+    head_memory: str = Field("8Gi", pattern=QUANTITY_PATTERN, max_length=QUANTITY_MAX_LENGTH)
+    worker_cpu_per_gpu: str = Field("8", pattern=QUANTITY_PATTERN, max_length=QUANTITY_MAX_LENGTH)
+    worker_memory_per_gpu: str = Field(
+        "64Gi", pattern=QUANTITY_PATTERN, max_length=QUANTITY_MAX_LENGTH
+    )
     # The root filesystem of every pod is read-only: these writable scratch volumes (emptyDir,
     # on the node's disk) have hard limits, so a runaway job is evicted, not the node filled.
     tmp_size: str = Field(
         "64Gi",
         pattern=STORAGE_QUANTITY,
+        max_length=QUANTITY_MAX_LENGTH,
         description="/tmp of each pod: Ray's session files, logs and object spilling.",
     )
     cache_size: str = Field(
         "128Gi",
         pattern=STORAGE_QUANTITY,
+        max_length=QUANTITY_MAX_LENGTH,
         description="The home directory of each pod: model downloads (HF_HOME) and compile caches.",
     )
 
@@ -109,16 +145,24 @@ class PlacementConfig(ConfigModel):
     ray_resource: str = Field(
         "GPU",
         min_length=1,
+        max_length=63,
         pattern=RAY_RESOURCE,
         description="Ray resource one rank asks for; tests use a custom name on CPU machines.",
     )
 
     # Kubernetes only: how ranks are packed into pods and where pods may run.
     gpus_per_node: int = Field(8, ge=1, le=64, description="GPUs per worker pod (node size).")
-    gpu_resource_name: str = Field("nvidia.com/gpu", min_length=1, pattern=EXTENDED_RESOURCE)
+    gpu_resource_name: str = Field(
+        "nvidia.com/gpu",
+        min_length=1,
+        max_length=QUALIFIED_NAME_MAX_LENGTH,
+        pattern=EXTENDED_RESOURCE,
+    )
     resources: PodResources = Field(default_factory=PodResources)
-    node_selector: dict[str, str] = Field(default_factory=dict)
-    tolerations: list[Toleration] = Field(default_factory=list)
+    node_selector: dict[LabelKey, LabelValue] = Field(
+        default_factory=dict, max_length=32, description="Node labels every pod requires."
+    )
+    tolerations: list[Toleration] = Field(default_factory=list, max_length=32)
     priority_class_name: str | None = Field(None, max_length=253, pattern=DNS_SUBDOMAIN)
     scheduler_name: str | None = Field(None, max_length=253, pattern=DNS_SUBDOMAIN)
     queue_name: str | None = Field(
