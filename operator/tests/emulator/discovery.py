@@ -62,9 +62,13 @@ def _resource_entries(info: ResourceInfo) -> list[JSON]:
             if sub in ("status", "scale")
             else ["get"]
             if sub == "log"
+            else ["create"]
+            if sub in ("eviction", "token")
             else ["update"]
         )
-        kind = "Scale" if sub == "scale" else info.kind
+        kind = {"scale": "Scale", "eviction": "Eviction", "token": "TokenRequest"}.get(
+            sub, info.kind
+        )
         entries.append(
             {
                 "name": f"{info.plural}/{sub}",

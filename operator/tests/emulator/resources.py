@@ -107,7 +107,13 @@ BUILTINS: tuple[ResourceInfo, ...] = (
         subresources=("status",),
     ),
     _builtin(
-        "", "v1", "pods", "Pod", short=("po",), categories=("all",), subresources=("status", "log")
+        "",
+        "v1",
+        "pods",
+        "Pod",
+        short=("po",),
+        categories=("all",),
+        subresources=("status", "log", "eviction"),
     ),
     _builtin(
         "",

@@ -182,7 +182,7 @@ class ApiServer:
             ("DELETE", True): "delete",
             ("DELETE", False): "deletecollection",
         }
-        if target.subresource == "token":  # a TokenRequest (authn.py)
+        if target.subresource in ("token", "eviction"):  # a TokenRequest (authn.py), Eviction
             verbs[("POST", True)] = "create"
         if (method, named) not in verbs:
             raise errors.method_not_allowed(f"{method} is not supported on {request.path}")
@@ -192,6 +192,49 @@ class ApiServer:
         return verb
 
     # --- serving ----------------------------------------------------------------------------
+
+    def _evict(self, info: ResourceInfo, ns: str, name: str, body: Any) -> web.Response:
+        """`POST pods/<name>/eviction` (policy/v1 Eviction), as a node drain or Kueue sends
+        it: the pod gets the `DisruptionTarget` condition (reason `EvictionByEvictionAPI`, as
+        the real server sets it), then a graceful delete with the eviction's deleteOptions.
+        PodDisruptionBudgets are not evaluated (they are stored only)."""
+        if not isinstance(body, dict) or body.get("kind", "Eviction") != "Eviction":
+            raise errors.bad_request("the body of pods/eviction must be a policy/v1 Eviction")
+        pod = self.store.get(info, ns, name)
+        conditions = [
+            c
+            for c in (pod.get("status") or {}).get("conditions", [])
+            if c.get("type") != "DisruptionTarget"
+        ]
+        conditions.append(
+            {
+                "type": "DisruptionTarget",
+                "status": "True",
+                "reason": "EvictionByEvictionAPI",
+                "message": "Eviction API: evicting",
+                "lastTransitionTime": self.store.timestamp(),
+            }
+        )
+        self.store.patch(
+            info,
+            ns,
+            name,
+            "application/merge-patch+json",
+            {"status": {"conditions": conditions}},
+            subresource="status",
+        )
+        options = body.get("deleteOptions") or {}
+        grace = options.get("gracePeriodSeconds")
+        self.store.delete(
+            info,
+            ns,
+            name,
+            preconditions=options.get("preconditions"),
+            grace_period=int(grace) if grace is not None else None,
+        )
+        return _json(
+            {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}, 201
+        )
 
     async def _body(self, request: web.Request, *, yaml_allowed: bool = False) -> Any:
         raw = await request.read()
@@ -225,6 +268,8 @@ class ApiServer:
                 self.security, ns or "", name or "", await self._body(request)
             )
             return _json(answer, 201)
+        if sub == "eviction":
+            return self._evict(info, ns or "", name or "", await self._body(request))
         if verb == "get":
             obj = self.store.get(info, ns, name or "")
             return self._render(request, info, [obj], single=True)

@@ -162,6 +162,33 @@ async def test_a_bound_pod_is_deleted_gracefully_until_its_kubelet_finishes(
     assert (await api.get(f"{PODS}/p")).status == 404
 
 
+async def test_an_eviction_marks_the_pod_a_disruption_target_then_deletes_it_gracefully(
+    api: Api,
+) -> None:
+    """policy/v1 Eviction, as a node drain or Kueue sends it."""
+    pod = {
+        "metadata": {"name": "p"},
+        "spec": {"nodeName": "node", "containers": [{"name": "c", "image": "i"}]},
+    }
+    assert (await api.post(PODS, pod)).status == 201
+    eviction = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": "p", "namespace": "default"},
+        "deleteOptions": {"gracePeriodSeconds": 5},
+    }
+    evicted = await api.post(f"{PODS}/p/eviction", eviction)
+    assert (evicted.status, evicted.body["status"]) == (201, "Success")
+    terminating = (await api.get(f"{PODS}/p")).body
+    assert terminating["metadata"]["deletionGracePeriodSeconds"] == 5
+    [target] = [c for c in terminating["status"]["conditions"] if c["type"] == "DisruptionTarget"]
+    assert (target["status"], target["reason"]) == ("True", "EvictionByEvictionAPI")
+    assert (await api.post(f"{PODS}/gone/eviction", eviction)).status == 404
+    listed = (await api.get("/api/v1")).body["resources"]
+    [sub] = [r for r in listed if r["name"] == "pods/eviction"]
+    assert (sub["kind"], sub["verbs"]) == ("Eviction", ["create"])
+
+
 async def test_pod_logs_come_from_the_kubelet(api: Api, k8s: Emulator) -> None:
     async def logs(namespace: str, name: str, query: Mapping[str, str]) -> AsyncIterator[bytes]:
         yield f"{namespace}/{name} container={query.get('container')}\n".encode()
