@@ -36,6 +36,7 @@ CRD_FILE = f"{GROUP}_{PLURAL}.yaml"
 PIPELINE_CRD_FILE = f"{GROUP}_{PIPELINE_PLURAL}.yaml"
 # Keys of pydantic's output that carry no meaning for the API server.
 _DROPPED_KEYS = {"title", "$defs"}
+_OPAQUE = "x-kubernetes-preserve-unknown-fields"
 
 PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
@@ -70,6 +71,14 @@ def _resolve(node: Any, defs: dict[str, Schema]) -> Any:
 def _structural(node: Schema) -> Schema:
     """Rewrite one resolved JSON Schema node (and its children) into structural OpenAPI v3."""
     node = {k: v for k, v in node.items() if k not in _DROPPED_KEYS}
+    if node.get(_OPAQUE):
+        # A field whose model the API server cannot express (a union of object types, such as
+        # an OpenAI grader): an object kept as written; the operator validates it with the
+        # pydantic model, naming the field, before anything runs.
+        opaque: Schema = {"type": "object", _OPAQUE: True}
+        if "description" in node:
+            opaque["description"] = node["description"]
+        return _ordered(opaque)
     nullable = False
     if "anyOf" in node:
         branches = [b for b in node.pop("anyOf") if b.get("type") != "null"]

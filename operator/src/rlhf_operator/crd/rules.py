@@ -173,9 +173,10 @@ RULES: dict[str, list[Rule]] = {
         {
             "rule": f"!(self.algorithm.name in {ONLINE}) || "
             "(has(self.models.rewardModels) && size(self.models.rewardModels) > 0) || "
-            "has(self.models.rewardFunction) || has(self.models.remoteReward)",
+            "has(self.models.rewardFunction) || has(self.models.remoteReward) || "
+            "has(self.models.graderReward)",
             "message": "online algorithms need a reward source: set models.rewardModels, "
-            "models.rewardFunction or models.remoteReward",
+            "models.rewardFunction, models.remoteReward or models.graderReward",
             "fieldPath": ".models",
         },
         {

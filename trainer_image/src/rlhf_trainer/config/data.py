@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Self
 
 from pydantic import Field, model_validator
@@ -35,9 +36,24 @@ class DatasetSource(ConfigModel):
         return self
 
 
+class DataFormat(StrEnum):
+    # Rows with the columns the *Key fields name.
+    COLUMNS = "columns"
+    # OpenAI's fine-tuning JSONL (config.finetune_files): supervised rows for sft, dpo rows
+    # for the preference trainers, reinforcement rows for the online algorithms.
+    OPENAI = "openai"
+
+
 class DataConfig(ConfigModel):
     """Which columns hold what, and how prompts are templated and truncated."""
 
+    format: DataFormat = Field(
+        DataFormat.COLUMNS,
+        description="columns: rows with the columns the *Key fields name. openai: OpenAI's "
+        "fine-tuning JSONL: {messages} for sft, {input, preferred_output, "
+        "non_preferred_output} for dpo-like trainers, {messages, ...fields} for online "
+        "algorithms (every field is a grader's item); the *Key fields are then not used.",
+    )
     train: list[DatasetSource] = Field(min_length=1, max_length=32)
     eval: list[DatasetSource] = Field(default_factory=list, max_length=32)
     pretrain: list[DatasetSource] = Field(

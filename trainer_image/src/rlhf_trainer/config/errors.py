@@ -6,6 +6,7 @@ from pydantic import ValidationError
 
 from .base import CROSS_FIELD_ERROR
 from .documents import quote
+from .graders import strip_grader_tags
 
 # A line names a field and says why in a sentence: anything longer quotes a hostile value.
 MAX_LINE = 600
@@ -46,6 +47,8 @@ def validation_messages(error: ValidationError, prefix: str = "") -> list[str]:
         loc = [str(p) for p in err["loc"]]
         # Union branches show up as extra loc parts named after the type; drop them.
         loc = [p for p in loc if not p.startswith("function-") and p not in {"str", "int"}]
+        # A grader's type tag (models.graderReward.grader.python.source -> grader.source).
+        loc = strip_grader_tags(loc)
         base = _join(([prefix] if prefix else []) + loc)
         ctx = err.get("ctx") or {}
         if err["type"] == CROSS_FIELD_ERROR and "problems" in ctx:

@@ -8,6 +8,7 @@ from typing import Self
 from pydantic import Field, model_validator
 
 from .base import ConfigModel
+from .graders import Grader
 from .refs import ConfigMapKeyRef, SecretKeyRef
 from .steps import ProcessReward
 
@@ -208,6 +209,31 @@ class RemoteReward(ConfigModel):
     )
 
 
+class GraderReward(ConfigModel):
+    """`spec.models.graderReward`: an OpenAI grader scoring each sample, with the training
+    row's fields as `item`. A python grader runs in the reward-function sandbox: its own
+    process, `limits`, an environment without the job's secrets, `timeoutSeconds` per batch."""
+
+    grader: Grader = Field(
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+        description="An OpenAI grader object (type string_check, text_similarity, python, "
+        "score_model or multi), spelled as OpenAI's API spells it; validated by the operator.",
+    )
+    weight: float = Field(1.0, gt=0, description="Weight of the grade in the summed reward.")
+    timeout_seconds: float = Field(
+        120.0, gt=0, le=3600, description="Time limit for grading one batch (python graders)."
+    )
+    limits: RewardFunctionLimits = Field(
+        default_factory=RewardFunctionLimits,
+        description="The python grader's process limits (as models.rewardFunction.limits).",
+    )
+    on_error: RewardErrorPolicy = Field(
+        RewardErrorPolicy.FAIL,
+        description="fail: a grader error ends the run. zero: a sample whose grading fails "
+        "scores 0.",
+    )
+
+
 class ModelsConfig(ConfigModel):
     """`spec.models`: actor (the model trained), critic, reference and reward sources."""
 
@@ -222,6 +248,9 @@ class ModelsConfig(ConfigModel):
     reward_models: list[RewardModel] = Field(default_factory=list, max_length=16)
     reward_function: RewardFunction | None = None
     remote_reward: RemoteReward | None = None
+    grader_reward: GraderReward | None = Field(
+        None, description="An OpenAI grader scoring each sample against its training row."
+    )
 
     @property
     def has_reward_source(self) -> bool:
@@ -229,6 +258,7 @@ class ModelsConfig(ConfigModel):
             bool(self.reward_models)
             or self.reward_function is not None
             or (self.remote_reward is not None)
+            or (self.grader_reward is not None)
         )
 
     def resolved_critic(self) -> ModelSource:

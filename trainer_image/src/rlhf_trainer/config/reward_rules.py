@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .base import Problem
+from .graders import score_model_problems
 
 if TYPE_CHECKING:
     from .job import JobConfig
@@ -19,7 +20,7 @@ def reward_source_problems(cfg: JobConfig) -> list[Problem]:
             Problem(
                 "models",
                 f"algorithm {algo.value} needs a reward source: set rewardModels, "
-                "rewardFunction or remoteReward",
+                "rewardFunction, remoteReward or graderReward",
             )
         ]
     if not algo.is_online and cfg.models.has_reward_source:
@@ -27,7 +28,8 @@ def reward_source_problems(cfg: JobConfig) -> list[Problem]:
             Problem(
                 "models",
                 f"reward sources are used by online algorithms only; algorithm {algo.value} "
-                "trains on a fixed data set: remove rewardModels/rewardFunction/remoteReward",
+                "trains on a fixed data set: remove rewardModels/rewardFunction/remoteReward/"
+                "graderReward",
             )
         ]
     return []
@@ -43,4 +45,16 @@ def remote_reward_problems(cfg: JobConfig) -> list[Problem]:
             "http:// sends the prompts and responses unencrypted: use https://, or set "
             "models.remoteReward.allowInsecureHttp: true for a service on a trusted network",
         )
+    ]
+
+
+def grader_problems(cfg: JobConfig) -> list[Problem]:
+    """A score_model grader names a reward model the platform configured (the gateway's
+    catalog); a job spec has no such catalog, so the trainer refuses it, naming the field."""
+    reward = cfg.models.grader_reward
+    if reward is None:
+        return []
+    return [
+        Problem(f"models.graderReward.grader.{path}", message)
+        for path, message in score_model_problems(reward.grader, configured=())
     ]

@@ -20,7 +20,7 @@ from .location_rules import location_problems, storage_problems
 from .mode_rules import auto_mode_problems, mode_problems
 from .partial_rules import partial_rollout_problems
 from .placement import Device
-from .reward_rules import remote_reward_problems, reward_source_problems
+from .reward_rules import grader_problems, remote_reward_problems, reward_source_problems
 from .rollout import RolloutEngine
 from .training_rules import batch_problems, resume_problems, training_problems
 
@@ -41,6 +41,7 @@ def _placed_problems(cfg: JobConfig) -> list[Problem]:
         *mode_problems(cfg),
         *reward_source_problems(cfg),
         *remote_reward_problems(cfg),
+        *grader_problems(cfg),
         *batch_problems(cfg),
         *layout_problems(cfg),
         *_rollout_problems(cfg),

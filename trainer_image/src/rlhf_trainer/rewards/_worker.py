@@ -1,4 +1,5 @@
-"""The reward-function worker process: `python -m rlhf_trainer.rewards._worker FILE LIMITS`.
+"""The reward-function worker process: `python -m rlhf_trainer.rewards._worker FILE LIMITS
+[MODE]`.
 
 LIMITS is `models.rewardFunction.limits` as JSON; the worker confines itself to them (see
 `_confine`) before it imports FILE.
@@ -10,6 +11,11 @@ request `{"queries": [...], "prompts": [...], "labels": [...]}` with `{"ok": tru
 (the field's camelCase name); every message carries `"cpu"`, the CPU seconds the worker has
 used. The protocol runs on a private copy of the original stdout; the user's prints go to
 stderr, so they cannot corrupt it (the driver caps both streams anyway).
+
+MODE `grade` serves an OpenAI python grader instead (`rlhf_trainer.grading.python_grader`): the
+file defines `grade(sample, item) -> float`, each request is `{"samples": [...], "items":
+[...]}`, and the result holds one entry per sample, `{"score": float}` or `{"error": traceback}`,
+so that one sample's exception is that sample's error and not the batch's.
 
 Deliberately free of torch and of other rlhf_trainer imports (`_confine` is standard library
 only): it starts in a fraction of a second unless the user's file imports heavy packages.
@@ -34,9 +40,11 @@ from rlhf_trainer.rewards._confine import (
 )
 
 FUNCTION_NAME = "reward_func"
+GRADE_MODE = "grade"
+GRADE_FUNCTION = "grade"
 
 
-def load_function(path: str) -> Callable[..., Any]:
+def load_function(path: str, name: str = FUNCTION_NAME) -> Callable[..., Any]:
     spec = importlib.util.spec_from_file_location("user_reward_function", path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot import {path}: not a Python file")
@@ -45,12 +53,30 @@ def load_function(path: str) -> Callable[..., Any]:
     # The file's own directory is importable, so helpers beside it can be imported.
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
     spec.loader.exec_module(module)
-    func: Callable[..., Any] | None = getattr(module, FUNCTION_NAME, None)
+    func: Callable[..., Any] | None = getattr(module, name, None)
     if not callable(func):
-        raise AttributeError(
-            f"{path} defines no function {FUNCTION_NAME}(queries, prompts, labels)"
-        )
+        wanted = "(sample, item)" if name == GRADE_FUNCTION else "(queries, prompts, labels)"
+        raise AttributeError(f"{path} defines no function {name}{wanted}")
     return func
+
+
+def grade_all(func: Callable[..., Any], request: dict[str, Any]) -> list[dict[str, Any]]:
+    """grade(sample, item) for each pair; a sample's exception is its own error, except one
+    that broke a limit, which fails the call (the worker is replaced)."""
+    out: list[dict[str, Any]] = []
+    for sample, item in zip(request["samples"], request["items"], strict=True):
+        try:
+            score = func(sample, item)
+        except Exception as err:
+            if broken_limit(err):
+                raise
+            out.append({"error": traceback.format_exc(limit=-8)})
+            continue
+        if isinstance(score, bool) or not isinstance(score, int | float):
+            out.append({"error": f"grade returned {type(score).__name__}, not a number"})
+        else:
+            out.append({"score": float(score)})
+    return out
 
 
 def plain(value: Any) -> Any:
@@ -102,8 +128,9 @@ def main(argv: list[str]) -> int:
     except BaseException:
         send(protocol, {"ok": False, "phase": "confine", "error": traceback.format_exc()})
         return 1
+    grading = len(argv) > 3 and argv[3] == GRADE_MODE
     try:
-        func = load_function(argv[1])
+        func = load_function(argv[1], GRADE_FUNCTION if grading else FUNCTION_NAME)
     except BaseException as err:
         send(protocol, failure(err, phase="load"))
         return 1
@@ -114,7 +141,10 @@ def main(argv: list[str]) -> int:
         if limits is not None:
             start_call_budget(limits)
         try:
-            result = func(request["queries"], request["prompts"], request["labels"])
+            if grading:
+                result: Any = grade_all(func, request)
+            else:
+                result = func(request["queries"], request["prompts"], request["labels"])
             reply = {"ok": True, "result": plain(result)}
         except Exception as err:
             reply = failure(err)

@@ -35,11 +35,16 @@ _ENVELOPE = 4096  # a reply's JSON around its result
 
 
 class WorkerProcess:
-    """`module` is the worker's entry point: `_worker` (a reward function) or `_agent_worker`
-    (a multi-turn agent); both confine themselves the same way (`_confine`)."""
+    """`module` is the worker's entry point: `_worker` (a reward function; with `mode`
+    "grade", an OpenAI python grader) or `_agent_worker` (a multi-turn agent); all confine
+    themselves the same way (`_confine`)."""
 
     def __init__(
-        self, path: Path, limits: RewardFunctionLimits, module: str = WORKER_MODULE
+        self,
+        path: Path,
+        limits: RewardFunctionLimits,
+        module: str = WORKER_MODULE,
+        mode: str = "",
     ) -> None:
         self.limits = limits
         self.proc = subprocess.Popen(
@@ -49,6 +54,7 @@ class WorkerProcess:
                 module,
                 str(path),
                 json.dumps(limits.model_dump(by_alias=False)),
+                *([mode] if mode else []),
             ],
             env=worker_env(PACKAGE_ROOT),
             stdin=subprocess.PIPE,

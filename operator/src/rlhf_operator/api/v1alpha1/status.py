@@ -9,6 +9,7 @@ from enum import StrEnum
 from pydantic import Field
 
 from rlhf_trainer.config import ConfigModel, Device, FailureClass
+from rlhf_trainer.config.history import HISTORY_METRICS, MAX_POINTS, HistorySeries
 
 from .reasons import ConditionReason
 
@@ -145,6 +146,12 @@ class TrainerReport(ConfigModel):
     eta_seconds: float | None = None
     checkpoints: list[TrainerCheckpoint] = Field(default_factory=list)
     eval: TrainerEval | None = None
+    history: dict[str, HistorySeries] | None = Field(
+        None,
+        max_length=len(HISTORY_METRICS),
+        description="Bounded metrics history for curves: per metric, up to "
+        f"{MAX_POINTS} [step, value] points, downsampled over the whole run, newest last.",
+    )
     message: str | None = None
     updated_at: str | None = None
     outcome: TrainerOutcome | None = None
