@@ -5,6 +5,7 @@ with it, the runner classes it `Unhealthy` and `rlhf run` prints it)."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -110,6 +111,9 @@ def test_a_trip_ends_the_run_as_unhealthy_with_its_message() -> None:
     assert exit_code(err) == ExitCode.UNHEALTHY == 65
     assert not FailureClass.UNHEALTHY.retryable
     assert failure_message(err).startswith(found[1].message)
+    # The step's checkpoint was the regular one (or the weights were not finite): the latest.
+    latest = RunFailed(Unhealthy(found[1]), 1, None, Path("/ckpt/step-1"))
+    assert failure_message(latest) == f"{found[1].message}; last checkpoint: /ckpt/step-1"
 
 
 def test_offline_trainers_watch_only_non_finite_values() -> None:

@@ -204,7 +204,7 @@ def failure_message(err: BaseException) -> str:
         saved = f"; final checkpoint: {err.checkpoint}"
     elif err.latest:
         saved = f"; no final checkpoint (models not in a consistent state); last: {err.latest}"
-        if isinstance(err.cause, Preempted | KeyboardInterrupt):  # stopped, not broken
+        if isinstance(err.cause, Preempted | KeyboardInterrupt | Unhealthy):  # stopped, not broken
             saved = f"; last checkpoint: {err.latest}"
     else:
         saved = "; no checkpoint"
