@@ -10,7 +10,7 @@ from fastapi.exceptions import RequestValidationError
 
 from .deps import Gateway
 from .errors import ApiError, handle_api_error, handle_validation_error
-from .routes import files, jobs, models, progress
+from .routes import files, graders, jobs, models, progress
 
 TITLE = "RLHF gateway"
 VERSION = "0.1.0"
@@ -36,7 +36,7 @@ def create_app(parts: Gateway) -> FastAPI:
     app.state.gateway = parts
     app.add_exception_handler(ApiError, handle_api_error)
     app.add_exception_handler(RequestValidationError, handle_validation_error)
-    for router in (files.router, jobs.router, progress.router, models.router):
+    for router in (files.router, jobs.router, progress.router, models.router, graders.router):
         app.include_router(router)
 
     @app.get("/healthz", include_in_schema=False)

@@ -1,10 +1,10 @@
-"""Which fine-tuning method a JSONL file serves, recognised from its rows (pure).
+"""Which fine-tuning method a JSONL file serves, recognised from its first row, and every row
+checked with the trainer's own row validators (`rlhf_trainer.config.finetune_files`: the
+trainer reads the file with `data.format: openai` through the same rules).
 
 OpenAI's rows: supervised `{"messages": [..., {"role": "assistant", ...}]}`, dpo
 `{"input": {"messages": [...]}, "preferred_output": [...], "non_preferred_output": [...]}`,
-reinforcement `{"messages": [... ending with the user's turn], <any item fields>}`. The first
-row decides; every row must then be of that kind. Field-level checks of a row belong to the
-trainer's row validators (`rlhf_trainer.config`), which read the same files.
+reinforcement `{"messages": [... ending with the prompt], <any item fields>}`.
 """
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from rlhf_trainer.config.finetune_files import FineTuneMethod, row_problems
+
 from .errors import bad_request
 from .files import Format
 
-_DPO_KEYS = ("input", "preferred_output", "non_preferred_output")
-
 
 def row_format(row: dict[str, Any]) -> Format | None:
-    if "preferred_output" in row or "non_preferred_output" in row:
+    if "preferred_output" in row or "non_preferred_output" in row or "input" in row:
         return "dpo"
     if "messages" not in row:
         return None
@@ -30,32 +30,9 @@ def row_format(row: dict[str, Any]) -> Format | None:
     return "reinforcement"
 
 
-def _row_problem(fmt: Format, row: dict[str, Any]) -> tuple[str, str] | None:
-    """(field, what is wrong) for a row that is not of the file's kind."""
-    if fmt == "dpo":
-        for key in _DPO_KEYS:
-            if key not in row:
-                return key, "required field is missing (a dpo row has input, preferred_output "
-                "and non_preferred_output)"
-        return None
-    messages = row.get("messages")
-    if not isinstance(messages, list) or not messages:
-        return "messages", "required: a non-empty list of {role, content} messages"
-    for i, message in enumerate(messages):
-        if not isinstance(message, dict) or "role" not in message:
-            return f"messages[{i}]", "each message needs a role (system, user, assistant)"
-    if row_format(row) != fmt:
-        if fmt == "supervised":
-            return f"messages[{len(messages) - 1}]", "the last message must be the assistant's"
-        return f"messages[{len(messages) - 1}]", (
-            "a reinforcement row ends with the prompt (no assistant answer: the model writes it)"
-        )
-    return None
-
-
 def check_rows(rows: Iterable[tuple[int, dict[str, Any]]]) -> tuple[Format, int]:
     """The file's format and row count; 400 naming the line and the field of the first row
-    that does not fit."""
+    that does not fit the format of the first."""
     fmt: Format | None = None
     count = 0
     for number, row in rows:
@@ -69,10 +46,11 @@ def check_rows(rows: Iterable[tuple[int, dict[str, Any]]]) -> tuple[Format, int]
                     "'non_preferred_output' (dpo)",
                     "file",
                 )
-        problem = _row_problem(fmt, row)
-        if problem is not None:
-            field, message = problem
-            raise bad_request(f"file: line {number}: {field}: {message} ({fmt} file)", "file")
+        problems = row_problems(FineTuneMethod(fmt), row)
+        if problems:
+            field, message = problems[0]
+            where = f"line {number}: {field}: " if field else f"line {number}: "
+            raise bad_request(f"file: {where}{message} ({fmt} file)", "file")
     if fmt is None:
         raise bad_request("file: no rows (the file is empty)", "file")
     return fmt, count

@@ -27,16 +27,6 @@ REQUEST_ANNOTATION = "rlhf.dev/openai-request"
 METADATA_ANNOTATION = "rlhf.dev/openai-metadata"
 Auto = Literal["auto"]
 MethodType = Literal["supervised", "dpo", "reinforcement"]
-# Which columns of OpenAI's rows the trainer reads, per method.
-DATA_KEYS: dict[str, dict[str, str]] = {
-    "supervised": {"inputKey": "messages"},
-    "dpo": {
-        "inputKey": "input",
-        "chosenKey": "preferred_output",
-        "rejectedKey": "non_preferred_output",
-    },
-    "reinforcement": {"inputKey": "messages"},
-}
 
 
 class _Strict(BaseModel):
@@ -156,8 +146,8 @@ def translate(
     out.set("algorithm.name", algorithm.value, "method.type")
     out.set("models.actor", actor, "model")
     out.set("data.train", [{"path": training.location}], "training_file")
-    for key, column in DATA_KEYS[kind].items():
-        out.set(f"data.{key}", column, "training_file")
+    # The trainer reads OpenAI's rows as they are (rlhf_trainer.config.finetune_files).
+    out.set("data.format", "openai", "training_file")
     if validation is not None:
         out.set("data.eval", [{"path": validation.location}], "validation_file")
     if object_store and training.location.startswith("s3://") and "objectStore" not in out.spec:

@@ -86,9 +86,6 @@ class GatewaySettings(ConfigModel):
         description="User name -> namespace, for identities that are not ServiceAccounts "
         "(a ServiceAccount's namespace is its tenant's).",
     )
-    score_model: ModelSource | None = Field(
-        None, description="The reward model `score_model` graders use; none: refused."
-    )
     max_jobs_listed: int = Field(100, gt=0, le=1000, description="Upper bound of `limit`.")
 
     @model_validator(mode="after")

@@ -88,11 +88,11 @@ async def test_no_or_a_forged_token_is_401(service: Service) -> None:
 @pytest.mark.parametrize(
     ("content", "words"),
     [
-        (b'{"messages": []}\nnot json\n', "line 1: messages: required"),
+        (b'{"messages": []}\nnot json\n', "line 1: messages: must be a non-empty list"),
         (jsonl(SFT_ROWS[:1]) + b"[1, 2]\n", "line 2: each line must be a JSON object"),
         (
             jsonl(SFT_ROWS[:1]) + b'{"messages": [{"role": "user", "content": "x"}]}\n',
-            "line 2: messages[0]: the last message must be the assistant's",
+            "line 2: messages: needs at least one assistant message",
         ),
         (b'{"prompt": "x"}\n', "line 1: not a fine-tuning row"),
         (jsonl(SFT_ROWS) + b'{"input": {}, "preferred_output": []}\n', "line 3: messages"),

@@ -49,7 +49,7 @@ def spec_of(body: dict[str, Any]) -> tuple[dict[str, Any], Translation]:
             ("algorithm", "beta"),
             0.3,
         ),
-        ({"method": {"type": "dpo"}}, ("data", "chosenKey"), "preferred_output"),
+        ({"method": {"type": "dpo"}}, ("data", "format"), "openai"),
         ({"hyperparameters": {"n_epochs": 3}}, ("training", "epochs"), 3),
         (
             {
@@ -69,7 +69,7 @@ def spec_of(body: dict[str, Any]) -> tuple[dict[str, Any], Translation]:
     ids=[
         "sft",
         "dpo-beta",
-        "dpo-columns",
+        "openai-rows",
         "epochs",
         "lr-multiplier",
         "batch",
