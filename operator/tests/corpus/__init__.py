@@ -1,4 +1,8 @@
-"""The invalid-manifest corpus: valid base + table of patches (see invalid.yaml)."""
+"""The invalid-manifest corpus: valid base + tables of patches (invalid.yaml, and the hostile
+manifests of hostile.yaml), plus hostile text (hostile_text.py) and accepted values that must
+stay inert (safe.yaml).
+
+In a patch, `{$repeat: [text, n]}` stands for `text * n` (large values without large files)."""
 
 from __future__ import annotations
 
@@ -51,8 +55,35 @@ def base_manifest() -> dict[str, Any]:
     return data
 
 
+def expand(node: Any) -> Any:
+    """`{$repeat: [text, n]}` -> text * n, anywhere in a patch."""
+    if isinstance(node, dict):
+        if set(node) == {"$repeat"}:
+            text, times = node["$repeat"]
+            return str(text) * int(times)
+        return {k: expand(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [expand(v) for v in node]
+    return node
+
+
+def _rows(name: str) -> list[dict[str, Any]]:
+    rows = yaml.safe_load((HERE / name).read_text())
+    assert isinstance(rows, list)
+    return [expand(row) for row in rows]
+
+
+def hostile_cases() -> list[InvalidCase]:
+    """The hostile manifests (issue 25), each refused naming its field."""
+    return _cases(_rows("hostile.yaml"))
+
+
 def invalid_cases() -> list[InvalidCase]:
-    rows = yaml.safe_load((HERE / "invalid.yaml").read_text())
+    """Every refused manifest: the invalid corpus and the hostile one."""
+    return _cases(_rows("invalid.yaml")) + hostile_cases()
+
+
+def _cases(rows: list[dict[str, Any]]) -> list[InvalidCase]:
     return [
         InvalidCase(
             id=row["id"],
