@@ -159,3 +159,39 @@ def test_the_kustomize_overlay_renders_the_charts_gateway(
         else:
             for field in ("rules", "spec", "roleRef", "subjects"):
                 assert mine.get(field) == obj.get(field), (key(obj), field)
+
+
+async def test_the_local_substrate_can_install_the_gateway(tmp_path: Path) -> None:
+    """`e2e/local/up.sh --set gateway.enabled=true`: every object the chart renders is a kind
+    the substrate's API server serves and accepts (its pods then run like the operator's)."""
+    from substrate.chart import install, render
+
+    from emulator import run_emulator
+    from emulator.harness import project_crds
+
+    values = {
+        "gateway.enabled": "true",
+        "gateway.ingress.enabled": "true",
+        "gateway.ingress.host": "rlhf.local",
+        "gateway.config.files.uri": "s3://rlhf-files/uploads",
+    }
+    async with run_emulator(crds=project_crds(), namespaces=[]) as api:
+        install(api, render(values))
+        kinds = {
+            (o["kind"], o["metadata"]["name"])
+            for resource in (
+                "apps/v1/deployments",
+                "v1/services",
+                "policy/v1/poddisruptionbudgets",
+                "networking.k8s.io/v1/ingresses",
+                "networking.k8s.io/v1/networkpolicies",
+            )
+            for o in api.list(resource, "rlhf-system")
+        }
+    assert {
+        ("Deployment", "rlhf-operator-gateway"),
+        ("Service", "rlhf-operator-gateway"),
+        ("PodDisruptionBudget", "rlhf-operator-gateway"),
+        ("Ingress", "rlhf-operator-gateway"),
+        ("NetworkPolicy", "rlhf-operator-gateway"),
+    } <= kinds

@@ -42,6 +42,19 @@ class Checkpoint(BaseModel):
     location: str
 
 
+# OpenAI's names for a checkpoint's metrics, beside ours.
+_OPENAI_METRICS = {
+    "loss": "train_loss",
+    "accuracy": "train_mean_token_accuracy",
+    "eval/mean_reward": "full_valid_mean_reward",
+}
+
+
+def _checkpoint_metrics(step: int, metrics: dict[str, float]) -> dict[str, float]:
+    named = {_OPENAI_METRICS[k]: v for k, v in metrics.items() if k in _OPENAI_METRICS}
+    return {"step": float(step), **metrics, **named}
+
+
 def _id(prefix: str, *parts: object) -> str:
     digest = hashlib.sha256("/".join(map(str, parts)).encode()).hexdigest()[:24]
     return f"{prefix}-{digest}"
@@ -157,7 +170,7 @@ def job_checkpoints(job: dict[str, Any], history: History) -> list[Checkpoint]:
             created_at=epoch(ckpt.get("time")) or epoch(meta.get("creationTimestamp")) or 0,
             fine_tuned_model_checkpoint=f"{model}:ckpt-step-{ckpt['step']}",
             fine_tuning_job_id=meta["name"],
-            metrics={"step": float(ckpt["step"]), **steps.get(int(ckpt["step"]), {})},
+            metrics=_checkpoint_metrics(int(ckpt["step"]), steps.get(int(ckpt["step"]), {})),
             step_number=int(ckpt["step"]),
             location=str(ckpt.get("path", "")),
         )
