@@ -195,3 +195,20 @@ async def test_the_local_substrate_can_install_the_gateway(tmp_path: Path) -> No
         ("Ingress", "rlhf-operator-gateway"),
         ("NetworkPolicy", "rlhf-operator-gateway"),
     } <= kinds
+
+
+def test_notes_say_how_to_add_a_tenant(helm: Helm, offline_chart: Path) -> None:
+    values = {"gateway": {"enabled": True, "config": {"files": {"uri": "s3://b-1/f"}}}}
+    result = helm.run(
+        "install",
+        "rlhf",
+        str(offline_chart),
+        "-n",
+        "rlhf-system",
+        "--dry-run=client",
+        "-f",
+        str(helm.values_file(values)),
+    )
+    notes = result.stdout.split("NOTES:", 1)[1]
+    assert "--clusterrole=rlhf-rlhf-operator-gateway-tenant" in notes
+    assert "kubectl create token ACCOUNT -n TEAM" in notes
