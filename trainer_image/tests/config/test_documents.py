@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rlhf_trainer.config import load_file
+from rlhf_trainer.config import load_document, load_file
 from rlhf_trainer.config.documents import (
     MAX_DEPTH,
     MAX_FILE_BYTES,
@@ -92,3 +92,10 @@ def test_binary_file_is_one_problem(tmp_path: Path) -> None:
     path.write_bytes(b"\xff\xfe\x00garbage")
     (job,) = load_file(path)
     assert job.problems == [f"{path}: not UTF-8 text (byte 0)"]
+
+
+def test_unknown_root_fields_of_a_manifest_are_refused() -> None:
+    """kubectl refuses `sepc:` beside `spec:`; a typo must not pass `rlhf validate` either."""
+    manifest = {"apiVersion": "rlhf.dev/v1alpha1", "kind": "RLHFJob", "metadata": {"name": "a"}}
+    job = load_document({**manifest, "sepc": {}, "spec": {}}, "a.yaml", Path("."))
+    assert job.problems[0].startswith("sepc: unknown field")

@@ -99,9 +99,17 @@ def load_document(doc: Any, source: str, base_dir: Path, index: int = 0) -> Load
     return LoadedJob(default_name, source, base_dir, False, config=config)
 
 
+_ROOT_KEYS = {"apiVersion", "kind", "metadata", "spec", "status"}
+
+
 def _load_manifest(doc: dict[str, Any], source: str, base_dir: Path, name: str) -> LoadedJob:
     """An RLHFJob or an RLHFPipeline manifest: every problem of its header and spec at once."""
-    problems: list[str] = []
+    problems: list[str] = [
+        f"{key if len(str(key)) <= 64 else quote(str(key), 64)}: unknown field (an RLHFJob "
+        "has apiVersion, kind, metadata, spec and status; kubectl refuses others)"
+        for key in doc
+        if key not in _ROOT_KEYS
+    ]
     if doc.get("apiVersion") != API_VERSION:
         problems.append(f"apiVersion: must be {API_VERSION} (got {quote(doc.get('apiVersion'))})")
     pipeline = doc.get("kind") == PIPELINE_KIND
