@@ -8,7 +8,7 @@ from typing import Self
 from pydantic import Field, model_validator
 
 from .base import ConfigModel
-from .names import DNS_SUBDOMAIN, QUANTITY_MAX_LENGTH, STORAGE_QUANTITY
+from .names import DNS_SUBDOMAIN, PATH_MAX, QUANTITY_MAX_LENGTH, STORAGE_QUANTITY
 
 # `checkpoint.resumeFrom: latest`: the newest checkpoint of the directory, whoever wrote it.
 RESUME_LATEST = "latest"
@@ -72,7 +72,9 @@ class CheckpointConfig(ConfigModel):
     )
     export_hf: bool = Field(True, description="Export the final actor (and critic) in HF format.")
     dir: str | None = Field(
-        None, description="Where checkpoints go. Default: <run dir>/checkpoints (local)."
+        None,
+        max_length=PATH_MAX,
+        description="Where checkpoints go. Default: <run dir>/checkpoints (local).",
     )
     storage: CheckpointStorage | None = Field(
         None,

@@ -8,7 +8,9 @@ from typing import Self
 from pydantic import Field, model_validator
 
 from .base import ConfigModel
+from .names import NAME_MAX, PATH_MAX
 from .refs import ConfigMapKeyRef
+from .sizes import JOB_CONFIG_BUDGET
 
 
 class DatasetSource(ConfigModel):
@@ -17,13 +19,13 @@ class DatasetSource(ConfigModel):
     id), `configMapRef` (a file in a ConfigMap, cluster only) or `builtin` (a synthetic task
     bundled with the trainer)."""
 
-    path: str | None = Field(None, min_length=1)
-    hf_id: str | None = Field(None, min_length=1, alias="hfId")
+    path: str | None = Field(None, min_length=1, max_length=PATH_MAX)
+    hf_id: str | None = Field(None, min_length=1, max_length=PATH_MAX, alias="hfId")
     config_map_ref: ConfigMapKeyRef | None = Field(
         None, description="Cluster only: a data file kept in a ConfigMap (up to ~1 MiB)."
     )
-    builtin: str | None = Field(None, min_length=1)
-    split: str = Field("train", min_length=1)
+    builtin: str | None = Field(None, min_length=1, max_length=NAME_MAX)
+    split: str = Field("train", min_length=1, max_length=NAME_MAX)
     probability: float = Field(
         1.0, gt=0, le=1, description="Mixing probability when several sources are given."
     )
@@ -61,32 +63,53 @@ class DataConfig(ConfigModel):
         max_length=32,
         description="PPO-ptx: pretraining text the actor keeps modelling (algorithm.ptxCoef).",
     )
-    pretrain_key: str = Field("text", min_length=1, description="Column with pretraining text.")
-    input_key: str = Field("prompt", min_length=1, description="Column with the prompt.")
-    label_key: str | None = Field(
-        None, description="Column passed to reward functions as the label (e.g. the answer)."
+    pretrain_key: str = Field(
+        "text", min_length=1, max_length=NAME_MAX, description="Column with pretraining text."
     )
-    output_key: str = Field("response", min_length=1, description="SFT target column.")
-    chosen_key: str = Field("chosen", min_length=1)
-    rejected_key: str = Field("rejected", min_length=1)
-    desirable_key: str = Field("label", min_length=1, description="KTO: desirable flag column.")
+    input_key: str = Field(
+        "prompt", min_length=1, max_length=NAME_MAX, description="Column with the prompt."
+    )
+    label_key: str | None = Field(
+        None,
+        max_length=NAME_MAX,
+        description="Column passed to reward functions as the label (e.g. the answer).",
+    )
+    output_key: str = Field(
+        "response", min_length=1, max_length=NAME_MAX, description="SFT target column."
+    )
+    chosen_key: str = Field("chosen", min_length=1, max_length=NAME_MAX)
+    rejected_key: str = Field("rejected", min_length=1, max_length=NAME_MAX)
+    desirable_key: str = Field(
+        "label", min_length=1, max_length=NAME_MAX, description="KTO: desirable flag column."
+    )
     score_key: str = Field(
-        "score", min_length=1, description="conditional-sft: column with the sample's score."
+        "score",
+        min_length=1,
+        max_length=NAME_MAX,
+        description="conditional-sft: column with the sample's score.",
     )
     score_template: str = Field(
         "{prompt} <rm_score>: {score}",
         min_length=1,
+        max_length=PATH_MAX,
         description="conditional-sft: how a prompt is conditioned on a score (SteerLM); the "
         "same template with the desired score conditions the trained model at inference.",
     )
-    steps_key: str = Field("steps", min_length=1, description="prm: column with the steps.")
+    steps_key: str = Field(
+        "steps", min_length=1, max_length=NAME_MAX, description="prm: column with the steps."
+    )
     step_labels_key: str = Field(
-        "step_labels", min_length=1, description="prm: column with each step's good/bad flag."
+        "step_labels",
+        min_length=1,
+        max_length=NAME_MAX,
+        description="prm: column with each step's good/bad flag.",
     )
     apply_chat_template: bool = Field(
         True, description="Wrap prompts in the tokenizer's chat template."
     )
-    chat_template: str | None = Field(None, description="Jinja template overriding the model's.")
+    chat_template: str | None = Field(
+        None, max_length=JOB_CONFIG_BUDGET, description="Jinja template overriding the model's."
+    )
     max_samples: int | None = Field(None, gt=0, description="Cap on samples read per source.")
     max_prompt_length: int = Field(1024, gt=0, le=1048576, description="Prompt tokens kept.")
     max_length: int = Field(2048, gt=0, le=1048576, description="Offline trainers' sequence cap.")

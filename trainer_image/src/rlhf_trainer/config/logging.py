@@ -7,6 +7,7 @@ from enum import StrEnum
 from pydantic import Field
 
 from .base import ConfigModel
+from .names import NAME_MAX
 
 
 class WandbMode(StrEnum):
@@ -15,9 +16,9 @@ class WandbMode(StrEnum):
 
 
 class WandbConfig(ConfigModel):
-    project: str = Field(min_length=1)
-    entity: str | None = None
-    run_name: str | None = None
+    project: str = Field(min_length=1, max_length=NAME_MAX)
+    entity: str | None = Field(None, max_length=NAME_MAX)
+    run_name: str | None = Field(None, max_length=NAME_MAX)
     # The API key comes from the environment (WANDB_API_KEY), which on a cluster the operator
     # fills from spec.secrets.wandbApiKey: keys are never written in a manifest.
     mode: WandbMode = WandbMode.ONLINE

@@ -9,6 +9,7 @@ from pydantic import Field, model_validator
 
 from .base import ConfigModel
 from .graders import Grader
+from .names import NAME_MAX, PATH_MAX
 from .refs import ConfigMapKeyRef, SecretKeyRef
 from .steps import ProcessReward
 
@@ -56,7 +57,10 @@ class ModelSource(ConfigModel):
     `fromStage` (the final model of an earlier stage of the same RLHFPipeline)."""
 
     pretrained: str | None = Field(
-        None, min_length=1, description="Hugging Face model id or a path on a mounted volume."
+        None,
+        min_length=1,
+        max_length=PATH_MAX,
+        description="Hugging Face model id or a path on a mounted volume.",
     )
     random_init: RandomInit | None = Field(
         None, description="Build a tiny random-initialised model instead of loading one."
@@ -74,7 +78,9 @@ class ModelSource(ConfigModel):
         pattern=_JOB_NAME,
         description="In an RLHFPipeline stage only: the final model of an earlier stage.",
     )
-    revision: str | None = Field(None, description="Hub revision (branch, tag or commit).")
+    revision: str | None = Field(
+        None, max_length=NAME_MAX, description="Hub revision (branch, tag or commit)."
+    )
     trust_remote_code: bool = False
 
     @model_validator(mode="after")
@@ -164,10 +170,13 @@ class RewardFunction(ConfigModel):
     The file's process runs with `limits`, in its own process group (killed whole on a
     timeout), with an environment that holds none of the job's secrets."""
 
-    path: str | None = Field(None, min_length=1)
+    path: str | None = Field(None, min_length=1, max_length=PATH_MAX)
     config_map_ref: ConfigMapKeyRef | None = None
     builtin: str | None = Field(
-        None, min_length=1, description="A reward function bundled with the trainer."
+        None,
+        min_length=1,
+        max_length=NAME_MAX,
+        description="A reward function bundled with the trainer.",
     )
     weight: float = Field(1.0, gt=0)
     timeout_seconds: float = Field(60.0, gt=0, le=3600, description="Per-batch time limit.")
@@ -194,7 +203,9 @@ class RemoteReward(ConfigModel):
     says otherwise (e.g. a service inside the cluster's own network), and the service can
     demand a token (`authSecret`, sent as `Authorization: Bearer <token>`)."""
 
-    url: str = Field(pattern=r"^https?://[^\s]+$", description="URL of the reward service.")
+    url: str = Field(
+        max_length=PATH_MAX, pattern=r"^https?://[^\s]+$", description="URL of the reward service."
+    )
     weight: float = Field(1.0, gt=0)
     timeout_seconds: float = Field(30.0, gt=0, le=3600)
     retries: int = Field(3, ge=0, le=20)

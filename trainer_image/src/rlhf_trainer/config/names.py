@@ -45,5 +45,9 @@ IMAGE = (
     r"[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*"
     r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?$"
 )
+# Bounds on free-text fields (their values are data: the job's config file, never a command
+# line), so that every object stays within Kubernetes' size limits.
+NAME_MAX = 256  # column names, splits, revisions, W&B names, tokens
+PATH_MAX = 4096  # paths, model and dataset ids, URLs
 # An IPv4 or IPv6 network in CIDR notation (the field validator parses it for real).
 CIDR = r"^[0-9a-fA-F.:]{2,39}/[0-9]{1,3}$"

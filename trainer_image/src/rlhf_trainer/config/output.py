@@ -13,7 +13,7 @@ from pydantic import Field
 
 from .base import ConfigModel
 from .locations import S3_SCHEME
-from .names import DATA_KEY, DNS_SUBDOMAIN
+from .names import DATA_KEY, DNS_SUBDOMAIN, PATH_MAX
 
 
 class S3CredentialsRef(ConfigModel):
@@ -48,6 +48,7 @@ class ObjectStoreConfig(ConfigModel):
 class OutputConfig(ConfigModel):
     uri: str | None = Field(
         None,
+        max_length=PATH_MAX,
         pattern=rf"^{S3_SCHEME}[a-z0-9][a-z0-9.-]{{1,61}}[a-z0-9](/.*)?$",
         description="s3://<bucket>/<prefix>: upload final/, metrics.jsonl and tensorboard/ "
         "there after training (besides the job's storage volume).",

@@ -119,6 +119,7 @@ class PlacementConfig(ConfigModel):
     )
     model_size: str | None = Field(
         None,
+        max_length=32,
         pattern=SIZE_PATTERN,
         description="Parameters of the models (e.g. 7B, 1.5B, 500M) where placement.auto "
         "cannot read them from a randomInit or a config.json it can see; else parsed from the "

@@ -8,6 +8,7 @@ from pydantic import Field
 
 from .base import ConfigModel
 from .models import RewardErrorPolicy, RewardFunctionLimits
+from .names import PATH_MAX
 
 
 class RolloutEngine(StrEnum):
@@ -29,7 +30,7 @@ class AgentConfig(ConfigModel):
     capped output, a time limit per call."""
 
     mode: AgentMode = AgentMode.SINGLE_TURN
-    path: str | None = Field(None, min_length=1)
+    path: str | None = Field(None, min_length=1, max_length=PATH_MAX)
     max_turns: int = Field(1, ge=1, le=64)
     timeout_seconds: float = Field(
         60.0, gt=0, le=3600, description="Time limit of one call (reset or step of an episode)."

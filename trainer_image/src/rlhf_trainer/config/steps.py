@@ -19,10 +19,17 @@ from .base import ConfigModel
 
 class StepTokens(ConfigModel):
     separator: str = Field(
-        "\n", min_length=1, description="Text that ends every step (tokenized on its own)."
+        "\n",
+        min_length=1,
+        max_length=64,
+        description="Text that ends every step (tokenized on its own).",
     )
-    positive: str = Field("+", min_length=1, description="A single token: a good step.")
-    negative: str = Field("-", min_length=1, description="A single token: a bad step.")
+    positive: str = Field(
+        "+", min_length=1, max_length=64, description="A single token: a good step."
+    )
+    negative: str = Field(
+        "-", min_length=1, max_length=64, description="A single token: a bad step."
+    )
 
 
 class StepAggregation(StrEnum):

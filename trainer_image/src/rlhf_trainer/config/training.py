@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Annotated
 
-from pydantic import Field
+from pydantic import Field, StringConstraints
 
 from .base import ConfigModel
+from .names import NAME_MAX
 
 
 class LRScheduler(StrEnum):
@@ -40,8 +42,12 @@ class LoRAConfig(ConfigModel):
     rank: int = Field(gt=0, le=1024)
     alpha: int = Field(16, gt=0)
     dropout: float = Field(0.0, ge=0, lt=1)
-    target_modules: list[str] = Field(
-        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"], min_length=1
+    target_modules: list[Annotated[str, StringConstraints(min_length=1, max_length=NAME_MAX)]] = (
+        Field(
+            default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
+            min_length=1,
+            max_length=64,
+        )
     )
     quantization: LoRAQuantization | None = Field(
         None,
