@@ -32,10 +32,10 @@ RESOURCE_OF_KIND = {
     "RoleBinding": ("rbac.authorization.k8s.io", "rolebindings"),
     "RayJob": ("ray.io", "rayjobs"),
 }
-# What reconciling a child takes (rlhf_operator.kube.apply): read it and create it; replace it
-# when it drifted, unless it is create-only. Never patch (nothing is adopted) nor delete (garbage
-# collection removes children; only RayJobs are deleted, checked below).
-CHILD_VERBS = ("get", "create", "update")
+# What reconciling a child takes (rlhf_operator.kube.apply): read its metadata (ownership),
+# create it, and server-side apply it (patch), unless it is create-only. Never update nor
+# delete (garbage collection removes children; only RayJobs are deleted, checked below).
+CHILD_VERBS = ("get", "create", "patch")
 CREATE_ONLY_VERBS = ("get", "create")
 
 Permission = tuple[str, str, str]  # (apiGroup, resource, verb)

@@ -39,25 +39,25 @@ modes can never drift apart. manifests/base/rbac.yaml mirrors it (deploy_tests c
 # from the spec, deleted when a newer attempt replaces it or a deadline stops it.
 - apiGroups: ["ray.io"]
   resources: ["rayjobs"]
-  verbs: ["get", "list", "watch", "create", "update", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # ConfigMaps: the job config (replaced when it drifts) and the trainer's report, watched (the
 # API server filters by label: only report ConfigMaps reach the operator). Not a request:
 # `patch`, which the trainer's Role grants on its report (RBAC lets a subject grant only what
 # it holds itself).
 - apiGroups: [""]
   resources: ["configmaps"]
-  verbs: ["get", "list", "watch", "create", "update", "patch"]
+  verbs: ["get", "list", "watch", "create", "patch"]
 # The trainer's ServiceAccount, Role and RoleBinding, and the job's NetworkPolicy: created, and
 # put back when edited by hand. Never deleted by the operator: garbage collection does that.
 - apiGroups: [""]
   resources: ["serviceaccounts"]
-  verbs: ["get", "create", "update"]
+  verbs: ["get", "create", "patch"]
 - apiGroups: ["rbac.authorization.k8s.io"]
   resources: ["roles", "rolebindings"]
-  verbs: ["get", "create", "update"]
+  verbs: ["get", "create", "patch"]
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]
-  verbs: ["get", "create", "update"]
+  verbs: ["get", "create", "patch"]
 # Create-only children: the storage PVC (its spec is immutable) and the job's Ray token Secret
 # (generated once, never rotated under a running job). `get` on Secrets is the one read of
 # them the operator needs, to tell its own from a foreign one with the same name; it asks for

@@ -164,8 +164,9 @@ async def test_operator_killed_mid_reconcile_converges_after_restart_without_dup
     names = [f"job-{i}" for i in range(jobs)]
     log = tmp_path / "operator.log"
 
-    # 1. RayJob creation fails: the operator has made the other children, and keeps retrying.
-    k8s.faults.add("create", RAYJOBS, code=500, times=None)
+    # 1. RayJob creation (server-side apply) fails: the operator has made the other children,
+    #    and keeps retrying.
+    k8s.faults.add("patch", RAYJOBS, code=500, times=None)
     first = start_operator_process(k8s.kubeconfig, log)
     try:
         for name in names:
@@ -174,7 +175,7 @@ async def test_operator_killed_mid_reconcile_converges_after_restart_without_dup
             lambda: (
                 len([n for n in _all_children(k8s).get("configmaps", []) if n.endswith("-config")])
                 == jobs
-                and k8s.requests.count("create", RAYJOBS) >= jobs
+                and k8s.requests.count("patch", RAYJOBS) >= jobs
             ),
             "children but no RayJobs yet",
             timeout=60,
@@ -229,10 +230,10 @@ async def test_operator_killed_mid_reconcile_converges_after_restart_without_dup
             sum(
                 1
                 for r in k8s.requests.records
-                if r.verb == "create" and r.code == 201 and r.resource == RAYJOBS
+                if r.verb == "patch" and r.code == 201 and r.resource == RAYJOBS
             )
             == 2 * jobs
-        )  # r0 and r1 once each
+        )  # r0 and r1 created once each
     finally:
         third.stop()
 
@@ -242,7 +243,7 @@ async def test_a_rejected_update_backs_off_exponentially_and_says_why(operator: 
     c.create(ppo_manifest("ppo-rej"))
     await c.until(lambda: c.ray_jobs("ppo-rej"), "RayJob")
     c.k8s.faults.add(
-        "update", RAYJOBS, code=422, reason="Invalid", message="webhook says no", times=None
+        "patch", RAYJOBS, code=422, reason="Invalid", message="webhook says no", times=None
     )
     mark = c.k8s.requests.mark()
     c.edit_spec("ppo-rej", {"placement": {"priorityClassName": "other"}})
@@ -253,7 +254,7 @@ async def test_a_rejected_update_backs_off_exponentially_and_says_why(operator: 
 
     def tries() -> list[float]:
         records = c.k8s.requests.records[mark:]
-        return [r.at for r in records if (r.verb, r.resource) == ("update", RAYJOBS)]
+        return [r.at for r in records if (r.verb, r.resource) == ("patch", RAYJOBS)]
 
     # Test settings: the first retry after 0.5 s, then 1 s, 2 s, 4 s (production: 5 s ... 5 min).
     await c.until(lambda: len(tries()) >= 4, "four tries", timeout=10)

@@ -1,49 +1,24 @@
-"""The pure parts of `kube.apply`: what counts as a difference, and fields others own."""
+"""The pure parts of `kube.apply` and `kube.client`: fields others own, API paths."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
-from rlhf_operator.kube.apply import _copy_paths, _without, desired_hash, is_subset
+from rlhf_operator.kube.apply import _with_live
 from rlhf_operator.kube.client import object_path
 
 
-@pytest.mark.parametrize(
-    ("want", "have", "same"),
-    [
-        ({"a": 1}, {"a": 1, "b": 2}, True),  # server defaults are not differences
-        ({"a": {"b": 1}}, {"a": {"b": 1, "c": 0}}, True),
-        ({"a": 1}, {"a": 2}, False),
-        ({"a": 1}, {}, False),
-        ([{"n": 1}], [{"n": 1, "d": 0}], True),
-        ([{"n": 1}], [{"n": 1}, {"n": 2}], False),  # a list is compared item by item
-        ({"s": "1"}, {"s": 1}, False),
-    ],
-    ids=[
-        "default-added",
-        "nested-default",
-        "changed",
-        "missing",
-        "list-defaults",
-        "list-length",
-        "type",
-    ],
-)
-def test_is_subset(want: Any, have: Any, same: bool) -> None:
-    assert is_subset(want, have) is same
-
-
-def test_preserved_fields_are_neither_compared_nor_overwritten() -> None:
-    ours = {"spec": {"suspend": True, "entrypoint": "x"}}
-    theirs = {"spec": {"suspend": False, "entrypoint": "x"}}
-    path = (("spec", "suspend"),)
-    assert desired_hash(_without(ours, path)) == desired_hash(_without(theirs, path))
-    body = _without(ours, path)
-    _copy_paths(theirs, body, path)
-    assert body == {"spec": {"suspend": False, "entrypoint": "x"}}
+def test_fields_others_own_are_applied_with_their_live_value_under_a_precondition() -> None:
+    ours = {"metadata": {"name": "x"}, "spec": {"suspend": True, "entrypoint": "x"}}
+    live = {"metadata": {"name": "x", "resourceVersion": "7"}, "spec": {"suspend": False}}
+    body = _with_live(ours, live, (("spec", "suspend"),))
+    assert body == {
+        "metadata": {"name": "x", "resourceVersion": "7"},  # a change since: 409, not a revert
+        "spec": {"suspend": False, "entrypoint": "x"},
+    }
     assert ours["spec"]["suspend"] is True  # inputs are not mutated
+    gone = _with_live(ours, {"metadata": {"resourceVersion": "8"}}, (("spec", "suspend"),))
+    assert "suspend" not in gone["spec"]  # not set live: not applied either
 
 
 @pytest.mark.parametrize(

@@ -9,12 +9,14 @@ observes like anything else, so it shows on status (ChildrenApplied=False) and i
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..kube.apply import Applied, Outcome, apply, desired_hash
+from ..kube.apply import Applied, Outcome, apply
 from ..kube.client import ApiError, KubeApi
 from ..reconcile.desired import Desired
 from ..reconcile.observed import ApplyFailure
@@ -28,7 +30,9 @@ ChildKey = tuple[str, str, str]  # (namespace, kind, name)
 
 
 def _digest(child: Desired) -> str:
-    return desired_hash(child.obj) + repr(child.preserve)
+    """What was applied, to know when a child must be applied again (in memory only)."""
+    text = json.dumps([child.obj, child.preserve], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def of_job(child: ChildKey, key: Key) -> bool:
@@ -88,7 +92,12 @@ class Applier:
                 failures += [refused.failure] if refused.reported else []
                 continue
             try:
-                applied = await apply(self.api, child, probably_new=probably_new)
+                applied = await apply(
+                    self.api,
+                    child,
+                    known_ours=child_key in self._applied,
+                    probably_new=probably_new,
+                )
             except ApiError as err:
                 refused = self._refuse(child_key, digest, child, err, refused)
                 self.metrics.children.labels(child.kind, "refused").inc()

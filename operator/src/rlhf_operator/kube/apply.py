@@ -1,35 +1,34 @@
-"""Applying one child: create it, or replace it when it differs from what is desired.
+"""Applying one child with server-side apply (field manager `rlhf-operator`).
 
-Only a child the job provably owns is ever changed: one with a controller reference to this
-job's UID, or (a retained PVC, which has none by design) our label and this job's UID
-annotation. Anything else with a child's name (an orphan, another controller's object, a
-user's, a former job's) is left byte-identical and reported as a conflict: adopting by name
-would let a job author make the operator take over, rewrite and later garbage-collect
-objects they could not edit themselves.
+The API server merges what the operator applies into the live object, keeps what other
+managers set (a status, Kueue's `spec.suspend`), and removes what the operator applied before
+but no longer applies: a field the spec no longer sets goes, an edit by hand comes back
+(`force`: the operator's fields are the operator's).
 
-`apply` compares in two ways: a hash of the desired object, stored in an annotation, notices
-fields the spec no longer sets (a plain subset check would keep them forever), and a subset
-check notices edits made by hand. Server-side defaults do not count as differences.
+Our adoption rules stay: only a child the job provably owns is ever changed, one with a
+controller reference to this job's UID, or (a retained PVC, which has none by design) our
+label and this job's UID annotation. Anything else with a child's name (an orphan, another
+controller's object, a user's, a former job's) is left byte-identical and reported as a
+conflict: adopting by name would let a job author make the operator take over, rewrite and
+later garbage-collect objects they could not edit themselves. So a child not known to be the
+job's is looked at (its metadata) before anything is applied; create-only children are created
+(POST: a 409 never touches the existing object) and never applied.
 """
 
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from ..api.v1alpha1 import GROUP
 from ..builders.common import JOB_UID_ANNOTATION, MANAGED_BY_LABEL
 from ..reconcile.desired import Desired
 from ..settings import OPERATOR_NAME
 from .client import JSON, ApiError, KubeApi
 
-HASH_ANNOTATION = f"{GROUP}/desired-hash"
 # Random values of `Desired.generated` keys: 32 bytes, URL-safe (a Ray token, for one).
 TOKEN_BYTES = 32
 
@@ -46,50 +45,6 @@ class Applied:
     outcome: Outcome
     obj: JSON
     owner: str = ""  # for conflicts: whose it is, as far as its metadata tells
-
-
-def desired_hash(obj: Mapping[str, Any]) -> str:
-    text = json.dumps(obj, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:20]
-
-
-def is_subset(want: Any, have: Any) -> bool:
-    """Everything in `want` is in `have` (extra keys in `have` are server defaults)."""
-    if isinstance(want, Mapping):
-        return isinstance(have, Mapping) and all(
-            k in have and is_subset(v, have[k]) for k, v in want.items()
-        )
-    if isinstance(want, list):
-        return (
-            isinstance(have, list)
-            and len(want) == len(have)
-            and all(is_subset(w, h) for w, h in zip(want, have, strict=True))
-        )
-    return bool(want == have)
-
-
-def _without(obj: Mapping[str, Any], paths: tuple[tuple[str, ...], ...]) -> JSON:
-    out = copy.deepcopy(dict(obj))
-    for path in paths:
-        node: Any = out
-        for part in path[:-1]:
-            node = node.get(part) if isinstance(node, dict) else None
-        if isinstance(node, dict):
-            node.pop(path[-1], None)
-    return out
-
-
-def _copy_paths(src: Mapping[str, Any], dst: JSON, paths: tuple[tuple[str, ...], ...]) -> None:
-    for path in paths:
-        value: Any = src
-        for part in path:
-            value = value.get(part) if isinstance(value, Mapping) else None
-        if value is None:
-            continue
-        node = dst
-        for part in path[:-1]:
-            node = node.setdefault(part, {})
-        node[path[-1]] = copy.deepcopy(value)
 
 
 def _controller(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -125,13 +80,6 @@ def whose(existing: Mapping[str, Any]) -> str:
     return "not created by this job"
 
 
-def _content(obj: Mapping[str, Any]) -> JSON:
-    """What we compare: everything but metadata/status, plus our labels."""
-    out = {k: v for k, v in obj.items() if k not in {"metadata", "status", "apiVersion", "kind"}}
-    out["labels"] = obj.get("metadata", {}).get("labels") or {}
-    return out
-
-
 def _with_generated(want: Mapping[str, Any], keys: tuple[str, ...]) -> JSON:
     """`want` with a fresh random value for each generated key (only ever at creation)."""
     body = copy.deepcopy(dict(want))
@@ -140,24 +88,46 @@ def _with_generated(want: Mapping[str, Any], keys: tuple[str, ...]) -> JSON:
     return body
 
 
-async def apply(api: KubeApi, desired: Desired, *, probably_new: bool = False) -> Applied:
-    """Create, update, or leave alone. `probably_new` (a job seen for the first time) tries
-    the create first, saving a GET per child in the common case; a 409 falls back. A
-    create-only child is looked at by its metadata alone (a Secret's data never comes back)."""
+def _version(obj: Mapping[str, Any] | None) -> str | None:
+    return None if obj is None else (obj.get("metadata") or {}).get("resourceVersion")
+
+
+def _with_live(
+    want: Mapping[str, Any], live: Mapping[str, Any], paths: tuple[tuple[str, ...], ...]
+) -> JSON:
+    """`want` with the live object's value at each of `paths` (fields another controller owns
+    after creation), and the live resourceVersion as a precondition: if the object changed
+    since it was read, the server answers 409 rather than put an old value back."""
+    body = copy.deepcopy(dict(want))
+    for path in paths:
+        value: Any = live
+        for part in path:
+            value = value.get(part) if isinstance(value, Mapping) else None
+        node = body
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        if value is None:
+            node.pop(path[-1], None)
+        else:
+            node[path[-1]] = copy.deepcopy(value)
+    body["metadata"]["resourceVersion"] = _version(live)
+    return body
+
+
+async def _create_only(api: KubeApi, desired: Desired, *, look_first: bool) -> Applied:
+    """Create it if it is not there; never change it (a PVC's spec is immutable, the report's
+    data is the trainer's, a token must not rotate). Looked at by its metadata alone (a
+    Secret's data never comes back)."""
     want = desired.obj
-    digest = desired_hash(_without(want, desired.preserve))
-    metadata_only = desired.create_only
-    existing = None if probably_new else await api.get(want, metadata_only=metadata_only)
+    existing = await api.get(want, metadata_only=True) if look_first else None
     if existing is None:
-        body = _with_generated(want, desired.generated)
-        body["metadata"].setdefault("annotations", {})[HASH_ANNOTATION] = digest
         try:
-            created = await api.create(body)
+            created = await api.create(_with_generated(want, desired.generated))
         except ApiError as err:
             if err.status != 409:
                 raise
             # Created meanwhile: by our previous life, or by someone else (checked below).
-            existing = await api.get(want, metadata_only=metadata_only)
+            existing = await api.get(want, metadata_only=True)
             if existing is None:
                 raise
         else:
@@ -165,17 +135,28 @@ async def apply(api: KubeApi, desired: Desired, *, probably_new: bool = False) -
             return Applied(Outcome.CREATED, created)
     if not owns(want, existing):
         return Applied(Outcome.CONFLICT, existing, whose(existing))
+    return Applied(Outcome.UNCHANGED, existing)
+
+
+async def apply(
+    api: KubeApi, desired: Desired, *, known_ours: bool = False, probably_new: bool = False
+) -> Applied:
+    """Create, update, or leave alone. `known_ours`: this child was applied for this job
+    before (its ownership is proven), so it is applied without a look. `probably_new` (a job
+    seen for the first time) creates a create-only child without looking first; a 409 falls
+    back to a look."""
+    want = desired.obj
     if desired.create_only:
-        return Applied(Outcome.UNCHANGED, existing)
-    stored_hash = (existing["metadata"].get("annotations") or {}).get(HASH_ANNOTATION)
-    if stored_hash == digest and is_subset(
-        _content(_without(want, desired.preserve)), _content(existing)
-    ):
-        return Applied(Outcome.UNCHANGED, existing)
-    body = copy.deepcopy(want)
-    _copy_paths(existing, body, desired.preserve)
-    meta = copy.deepcopy(existing["metadata"])
-    meta["labels"] = {**(meta.get("labels") or {}), **want["metadata"].get("labels", {})}
-    meta["annotations"] = {**(meta.get("annotations") or {}), HASH_ANNOTATION: digest}
-    body["metadata"] = meta  # keeps resourceVersion: a concurrent change answers 409
-    return Applied(Outcome.UPDATED, await api.replace(body))
+        return await _create_only(api, desired, look_first=not probably_new)
+    existing = None
+    if not known_ours or desired.preserve:
+        existing = await api.get(want, metadata_only=not desired.preserve)
+        if existing is not None and not owns(want, existing):
+            return Applied(Outcome.CONFLICT, existing, whose(existing))
+    body = _with_live(want, existing, desired.preserve) if existing and desired.preserve else want
+    applied = await api.apply(body)
+    if existing is None and not known_ours:
+        return Applied(Outcome.CREATED, applied)
+    if existing is not None and _version(applied) == _version(existing):
+        return Applied(Outcome.UNCHANGED, applied)
+    return Applied(Outcome.UPDATED, applied)

@@ -17,6 +17,10 @@ logger = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"
+# Server-side apply (JSON is YAML); the field manager names us in managedFields.
+APPLY_PATCH = "application/apply-patch+yaml"
+FIELD_MANAGER = "rlhf-operator"
+MANAGER = {"fieldManager": FIELD_MANAGER}
 # Metadata only (the server strips the rest): how the operator looks at an existing Secret,
 # so that it never holds a token it did not need. Plain JSON where the server cannot.
 METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
@@ -174,12 +178,23 @@ class KubeApi:
         return items
 
     async def create(self, obj: Mapping[str, Any]) -> JSON:
-        created: JSON = await self.request("POST", path_of(obj, named=False), obj, kind=obj["kind"])
+        created: JSON = await self.request(
+            "POST", path_of(obj, named=False), obj, params=MANAGER, kind=obj["kind"]
+        )
         return created
 
-    async def replace(self, obj: Mapping[str, Any]) -> JSON:
-        replaced: JSON = await self.request("PUT", path_of(obj), obj, kind=obj["kind"])
-        return replaced
+    async def apply(self, obj: Mapping[str, Any]) -> JSON:
+        """Server-side apply as `rlhf-operator`, forcing ownership of the fields it sets
+        (creates the object when it does not exist)."""
+        applied: JSON = await self.request(
+            "PATCH",
+            path_of(obj),
+            obj,
+            content_type=APPLY_PATCH,
+            params={**MANAGER, "force": "true"},
+            kind=obj["kind"],
+        )
+        return applied
 
     async def patch(self, obj: Mapping[str, Any], patch: Mapping[str, Any]) -> JSON:
         """Merge-patch the object itself (not its status)."""
