@@ -308,6 +308,8 @@ class ApiServer:
         if verb == "patch":
             content_type = request.content_type
             body = await self._body(request, yaml_allowed=content_type == APPLY)
+            if content_type == APPLY and self.store.find(info, ns, name or "") is None:
+                self._authorize(identity, "create", target)  # an apply that creates
             if self.security is not None and info.group == "rbac.authorization.k8s.io":
                 # Escalation is judged on the patched object: a dry run computes it first.
                 preview, _, _ = self.store.patch(
