@@ -1,7 +1,6 @@
 """Applying a job's children, with memory: what was applied (so unchanged children cost no
 request) and what the API server refused (so a refused child is not asked for again before its
-backoff ends: `api_retry_seconds`, doubling per refusal in a row, capped at
-`retry_max_seconds`; a success starts over).
+backoff ends: the operator's one retry policy, `timers.Backoff`, per child).
 
 A refusal is not an exception to the pass: it is returned as an `ApplyFailure`, which the pass
 observes like anything else, so it shows on status (ChildrenApplied=False) and in an Event.
@@ -22,6 +21,7 @@ from ..reconcile.desired import Desired
 from ..reconcile.observed import ApplyFailure
 from ..settings import OperatorSettings
 from .metrics import Metrics
+from .timers import Backoff
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +45,6 @@ class Refusal:
     """The API server's last refusal of one child, and when it may be asked again."""
 
     digest: str
-    failures: int
     retry_at: float  # time.monotonic()
     failure: ApplyFailure
 
@@ -61,6 +60,7 @@ class Applier:
         self.api, self.settings, self.metrics = api, settings, metrics
         self._applied: dict[ChildKey, str] = {}
         self._refused: dict[ChildKey, Refusal] = {}
+        self._backoff = Backoff(settings)
 
     def would_send(self, key: Key, desired: Iterable[Desired]) -> bool:
         """Some child differs from what was last applied (or was never applied)."""
@@ -99,12 +99,13 @@ class Applier:
                     probably_new=probably_new,
                 )
             except ApiError as err:
-                refused = self._refuse(child_key, digest, child, err, refused)
+                refused = self._refuse(child_key, digest, child, err)
                 self.metrics.children.labels(child.kind, "refused").inc()
                 blocked = True
                 failures += [refused.failure] if refused.reported else []
                 continue
             self._refused.pop(child_key, None)
+            self._backoff.succeeded(child_key)
             self.metrics.children.labels(child.kind, applied.outcome.value).inc()
             outcomes.append(applied)
             if applied.outcome is Outcome.CONFLICT:
@@ -114,16 +115,8 @@ class Applier:
                 self._applied[child_key] = digest
         return outcomes, tuple(failures)
 
-    def _refuse(
-        self,
-        child_key: ChildKey,
-        digest: str,
-        child: Desired,
-        err: ApiError,
-        previous: Refusal | None,
-    ) -> Refusal:
-        failures = previous.failures + 1 if previous is not None else 1
-        delay = self.settings.retry_delay(failures)
+    def _refuse(self, child_key: ChildKey, digest: str, child: Desired, err: ApiError) -> Refusal:
+        failures, delay = self._backoff.failed(child_key)
         logger.warning(
             "%s/%s %s refused (%d in a row, next try in %.0f s): %s",
             child_key[0],
@@ -134,7 +127,7 @@ class Applier:
             err,
         )
         failure = ApplyFailure(child.kind, child.name, err.status, err.reason, err.message)
-        refusal = Refusal(digest, failures, time.monotonic() + delay, failure)
+        refusal = Refusal(digest, time.monotonic() + delay, failure)
         self._refused[child_key] = refusal
         return refusal
 
@@ -149,6 +142,7 @@ class Applier:
         keep = {(key[0], d.kind, d.name) for d in desired}
         for child in [c for c in self._refused if of_job(c, key) and c not in keep]:
             del self._refused[child]
+            self._backoff.succeeded(child)
 
     def forget_child(self, namespace: str, kind: str, name: str) -> None:
         """A child went away (deleted by us or someone): apply it again when still desired."""
@@ -158,3 +152,4 @@ class Applier:
         for cache in (self._applied, self._refused):
             for child in [c for c in cache if of_job(c, key)]:
                 del cache[child]
+        self._backoff.forget(lambda child: of_job(child, key))

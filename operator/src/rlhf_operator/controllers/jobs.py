@@ -35,7 +35,7 @@ from ..settings import OperatorSettings
 from .applier import Applier
 from .metrics import Metrics
 from .reader import Key, Reader, job_key
-from .timers import Requeue
+from .timers import Backoff, Requeue
 
 logger = logging.getLogger(__name__)
 
@@ -68,8 +68,8 @@ class Controller:
         self.applier = Applier(api, settings, metrics)
         self.reader = Reader(api, settings)
         self._locks: defaultdict[Key, asyncio.Lock] = defaultdict(asyncio.Lock)
-        # Passes in a row that failed on a request other than applying a child.
-        self._pass_failures: dict[Key, int] = {}
+        # Passes in a row that failed (a request other than applying a child, or a bug).
+        self.backoff = Backoff(settings)
         self._latest: dict[Key, JSON] = {}
         self._timers = Requeue(self._requeue)
 
@@ -101,12 +101,9 @@ class Controller:
 
     # --- the pass -------------------------------------------------------------------------
 
-    async def reconcile(
-        self, body: Mapping[str, Any], *, trigger: str, for_kopf: bool = False
-    ) -> Decision | None:
-        """One pass for this job. With `for_kopf`, not-ready and invalid outcomes raise kopf's
-        TemporaryError/PermanentError (kopf's retry bookkeeping for change handlers);
-        otherwise a timer looks again."""
+    async def reconcile(self, body: Mapping[str, Any], *, trigger: str) -> Decision | None:
+        """One pass for this job. Whatever fails is tried again by the timer, after the one
+        retry policy's backoff (`retry_later`); nothing is left to kopf's retries."""
         key = job_key(body)
         if (body.get("metadata") or {}).get("deletionTimestamp"):
             return None  # being deleted: garbage collection takes the children
@@ -118,27 +115,21 @@ class Controller:
             except ApiError as err:
                 self.metrics.reconcile_errors.labels(trigger, f"http-{err.status}").inc()
                 logger.warning("reconcile %s/%s (%s): %s", *key, trigger, err)
-                # Look again later, and later still if it keeps failing: an API server in
-                # trouble (or a webhook that says no) is not helped by a request every 5 s.
-                failures = self._pass_failures.get(key, 0) + 1
-                self._pass_failures[key] = failures
-                delay = self.settings.retry_delay(failures)
-                if for_kopf:
-                    raise kopf.TemporaryError(str(err), delay=delay) from err
-                self.schedule(key, delay)
+                self.retry_later(key)
                 return None
             finally:
                 self.metrics.reconcile_seconds.labels(trigger).observe(time.monotonic() - started)
-        self._pass_failures.pop(key, None)
+        self.backoff.succeeded(key)
         if decision.invalid is not None:
             self.metrics.reconcile_errors.labels(trigger, "invalid-spec").inc()
-            if for_kopf:
-                raise kopf.PermanentError(decision.invalid)
-        elif decision.waiting is not None and for_kopf:
-            raise kopf.TemporaryError(
-                decision.waiting, delay=self.settings.dependency_retry_seconds
-            )
         return decision
+
+    def retry_later(self, key: Key) -> None:
+        """A pass for `key` failed: look again after the backoff (later still if it keeps
+        failing: an API server in trouble, or a webhook that says no, is not helped by a
+        request every few seconds)."""
+        _, delay = self.backoff.failed(key)
+        self.schedule(key, delay)
 
     async def _pass(self, key: Key, body: JSON) -> Decision:
         parsed = parse(body, self.settings)  # once per pass: read by everything below
@@ -260,7 +251,7 @@ class Controller:
             await self.reconcile(body, trigger="timer")
         except Exception:  # a timer has nobody to report to but the log
             logger.exception("reconcile %s/%s (timer) failed", *key)
-            self.schedule(key, self.settings.api_retry_seconds)
+            self.retry_later(key)
 
     def wake_consumers(self, key: Key) -> None:
         """A pass soon for every job whose `fromJob` names this one (its phase or output may
@@ -298,7 +289,7 @@ class Controller:
         """Drop what is remembered about a deleted job."""
         self._timers.cancel(key)
         self._latest.pop(key, None)
-        self._pass_failures.pop(key, None)
+        self.backoff.succeeded(key)
         self.reader.forget(key)
         self.applier.forget(key)
         lock = self._locks.get(key)

@@ -26,7 +26,7 @@ from ..reconcile.decide import status_patch
 from ..reconcile.pipelines import PipelineDecision, StageJob, decide_pipeline
 from ..settings import OperatorSettings
 from .reader import Key, job_key
-from .timers import Requeue
+from .timers import Backoff, Requeue
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +44,7 @@ class PipelineController:
         self.jobs: Mapping[Any, Any] = {}  # kopf index: (ns, name) -> [RLHFJob bodies]
         self._locks: defaultdict[Key, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._timers = Requeue(self._requeue)
+        self.backoff = Backoff(settings)
         # (pipeline uid, job name) of stage jobs this process created: a pass that runs before
         # the watch cache shows one does not ask for it again.
         self._created: set[tuple[str, str]] = set()
@@ -133,7 +134,9 @@ class PipelineController:
             await self.reconcile(body, trigger="timer")
         except Exception:
             logger.exception("pipeline %s/%s (timer) failed", *key)
-            self.schedule(key, self.settings.api_retry_seconds)
+            self.schedule(key, self.backoff.failed(key)[1])
+            return
+        self.backoff.succeeded(key)
 
     async def close(self) -> None:
         await self._timers.close()

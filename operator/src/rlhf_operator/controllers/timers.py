@@ -1,11 +1,14 @@
-"""Timers that run a pass again later: one per key (a later request replaces an earlier one),
-each firing as a task of the running loop."""
+"""When work is done again: timers that run a pass later (one per key, a later request
+replaces an earlier one, each firing as a task of the running loop), and the one retry policy
+for whatever failed (`Backoff`). kopf itself retries nothing of ours."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any
+
+from ..settings import OperatorSettings
 
 
 class Requeue:
@@ -38,3 +41,26 @@ class Requeue:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+class Backoff:
+    """The operator's one retry policy: after a failure, try again in `api_retry_seconds`,
+    twice as long after each further failure in a row, at most `retry_max_seconds`; a success
+    starts over. Keyed by what failed: a job's pass, or one child the API server refused."""
+
+    def __init__(self, settings: OperatorSettings) -> None:
+        self._settings = settings
+        self._failures: dict[Any, int] = {}
+
+    def failed(self, key: Any) -> tuple[int, float]:
+        """Count a failure: (failures in a row, seconds until the next try)."""
+        failures = self._failures.get(key, 0) + 1
+        self._failures[key] = failures
+        return failures, self._settings.retry_delay(failures)
+
+    def succeeded(self, key: Any) -> None:
+        self._failures.pop(key, None)
+
+    def forget(self, matches: Callable[[Any], bool]) -> None:
+        for key in [k for k in self._failures if matches(k)]:
+            del self._failures[key]

@@ -21,7 +21,9 @@ from ..api.v1alpha1 import GROUP, PLURAL, VERSION
 from ..builders.common import COMPONENT_LABEL, JOB_LABEL
 from ..builders.report import REPORT_COMPONENT
 from ..controllers.jobs import Controller
+from ..controllers.reader import job_key
 from ..kube.client import login as connection_info
+from ..reconcile.decide import Decision
 from ..reconcile.inputs import named_jobs
 from ..settings import OperatorSettings
 from .kopf_settings import configure_kopf
@@ -43,8 +45,6 @@ REPORT_LABELS: Mapping[str, Any] = {
 def register(
     registry: kopf.OperatorRegistry, controller: Controller, settings: OperatorSettings
 ) -> None:
-    retry = settings.api_retry_seconds
-
     @kopf.on.startup(registry=registry)
     def startup(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
         configure_kopf(settings, controller.settings)
@@ -88,17 +88,17 @@ def register(
     ) -> dict[Any, Any]:
         return {(namespace, labels[JOB_LABEL]): dict(body)}
 
-    @kopf.on.resume(GROUP, VERSION, PLURAL, backoff=retry, registry=registry)
+    @kopf.on.resume(GROUP, VERSION, PLURAL, registry=registry)
     async def resumed(body: kopf.Body, **_: Any) -> None:
-        await controller.reconcile(body, trigger="resume", for_kopf=True)
+        await _changed(controller, body, "resume")
 
-    @kopf.on.create(GROUP, VERSION, PLURAL, backoff=retry, registry=registry)
+    @kopf.on.create(GROUP, VERSION, PLURAL, registry=registry)
     async def created(body: kopf.Body, **_: Any) -> None:
-        await controller.reconcile(body, trigger="create", for_kopf=True)
+        await _changed(controller, body, "create")
 
-    @kopf.on.update(GROUP, VERSION, PLURAL, field="spec", backoff=retry, registry=registry)
+    @kopf.on.update(GROUP, VERSION, PLURAL, field="spec", registry=registry)
     async def updated(body: kopf.Body, **_: Any) -> None:
-        await controller.reconcile(body, trigger="update", for_kopf=True)
+        await _changed(controller, body, "update")
 
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
     async def job_event(
@@ -141,16 +141,25 @@ def register(
             await _quietly(controller, owner, "report-event")
 
 
-async def _quietly(controller: Controller, body: Any, trigger: str) -> None:
-    """Event handlers have no retries in kopf: a failure is logged and a timer looks again."""
+async def _changed(controller: Controller, body: kopf.Body, trigger: str) -> None:
+    """A change handler's pass. kopf retries nothing of ours (the controller's timer does,
+    after its backoff); an invalid spec is a PermanentError for kopf's own bookkeeping (the
+    reason is on status and in an Event already)."""
+    decision = await _quietly(controller, body, trigger)
+    if decision is not None and decision.invalid is not None:
+        raise kopf.PermanentError(decision.invalid)
+
+
+async def _quietly(controller: Controller, body: Any, trigger: str) -> Decision | None:
+    """A failure is logged, and the timer looks again after the backoff."""
     try:
-        await controller.reconcile(body, trigger=trigger)
+        return await controller.reconcile(body, trigger=trigger)
     except Exception:
-        meta = body.get("metadata") or {}
-        key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
+        key = job_key(body)
         logger.exception("reconcile %s/%s (%s) failed", *key, trigger)
         controller.metrics.reconcile_errors.labels(trigger, "exception").inc()
-        controller.schedule(key, controller.settings.api_retry_seconds)
+        controller.retry_later(key)
+        return None
 
 
 async def _quietly_after_deletion(controller: Controller, key: Any, trigger: str) -> None:
@@ -159,4 +168,4 @@ async def _quietly_after_deletion(controller: Controller, key: Any, trigger: str
     except Exception:
         logger.exception("reconcile %s/%s (%s) failed", *key, trigger)
         controller.metrics.reconcile_errors.labels(trigger, "exception").inc()
-        controller.schedule(key, controller.settings.api_retry_seconds)
+        controller.retry_later(key)

@@ -26,8 +26,6 @@ def register_pipelines(
     settings: OperatorSettings,
     jobs_index: str,
 ) -> None:
-    retry = settings.api_retry_seconds
-
     @kopf.on.startup(registry=registry)
     def bind(**kwargs: Any) -> None:
         controller.bind(kwargs[PIPELINES_INDEX], kwargs[jobs_index])
@@ -42,17 +40,17 @@ def register_pipelines(
     ) -> dict[Any, Any]:
         return {(namespace, name): dict(body)}
 
-    @kopf.on.resume(GROUP, VERSION, PIPELINE_PLURAL, backoff=retry, registry=registry)
-    async def resumed(body: kopf.Body, **_: Any) -> None:
-        await controller.reconcile(body, trigger="resume")
+    @kopf.on.resume(GROUP, VERSION, PIPELINE_PLURAL, registry=registry)
+    async def resumed(namespace: str | None, name: str, **_: Any) -> None:
+        controller.schedule((namespace or "", name), 0.0)  # a failure: the timer retries
 
-    @kopf.on.create(GROUP, VERSION, PIPELINE_PLURAL, backoff=retry, registry=registry)
-    async def created(body: kopf.Body, **_: Any) -> None:
-        await controller.reconcile(body, trigger="create")
+    @kopf.on.create(GROUP, VERSION, PIPELINE_PLURAL, registry=registry)
+    async def created(namespace: str | None, name: str, **_: Any) -> None:
+        controller.schedule((namespace or "", name), 0.0)  # a failure: the timer retries
 
-    @kopf.on.update(GROUP, VERSION, PIPELINE_PLURAL, field="spec", backoff=retry, registry=registry)
-    async def updated(body: kopf.Body, **_: Any) -> None:
-        await controller.reconcile(body, trigger="update")
+    @kopf.on.update(GROUP, VERSION, PIPELINE_PLURAL, field="spec", registry=registry)
+    async def updated(namespace: str | None, name: str, **_: Any) -> None:
+        controller.schedule((namespace or "", name), 0.0)  # a failure: the timer retries
 
     @kopf.on.event(GROUP, VERSION, PIPELINE_PLURAL, registry=registry)
     async def pipeline_event(
