@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rlhf_trainer.config import AlgorithmName, load_document
+from rlhf_trainer.config import AlgorithmName, RolloutConfig, TrainingConfig, load_document
 
 from .errors import ApiError, bad_request
 from .settings import CatalogModel
@@ -164,7 +164,10 @@ def translate(
         if algorithm.is_online:
             out.set("training.rolloutBatchSize", hp.batch_size, f"{where}.batch_size")
     if _given(hp.learning_rate_multiplier):
-        base_lr = float(((base.spec.get("training") or {}).get("actorLearningRate")) or 1e-6)
+        base_lr = float(
+            (base.spec.get("training") or {}).get("actorLearningRate")
+            or TrainingConfig.model_fields["actor_learning_rate"].default
+        )
         lr = base_lr * float(hp.learning_rate_multiplier)  # type: ignore[arg-type]
         out.set("training.actorLearningRate", lr, f"{where}.learning_rate_multiplier")
     if _given(hp.beta):
@@ -174,7 +177,10 @@ def translate(
     if _given(hp.eval_samples):
         out.set("training.evalSamples", hp.eval_samples, f"{where}.eval_samples")
     if _given(hp.compute_multiplier):
-        samples = int((base.spec.get("rollout") or {}).get("samplesPerPrompt") or 1)
+        samples = int(
+            (base.spec.get("rollout") or {}).get("samplesPerPrompt")
+            or RolloutConfig.model_fields["samples_per_prompt"].default
+        )
         scaled = max(1, round(samples * float(hp.compute_multiplier)))  # type: ignore[arg-type]
         out.set("rollout.samplesPerPrompt", scaled, f"{where}.compute_multiplier")
     if req.seed is not None:

@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from rlhf_trainer.config import AlgorithmName
+
 from .jobrequest import METADATA_ANNOTATION, REQUEST_ANNOTATION
 
 CANCELLED_ANNOTATION = "rlhf.dev/cancelled-at"
@@ -145,6 +147,21 @@ def _trained_tokens(trainer: dict[str, Any]) -> int | None:
     return None
 
 
+def effective_hyperparameters(spec: dict[str, Any]) -> dict[str, Any]:
+    """What the job runs with where the request said nothing (or "auto"): the spec's
+    epochs and batch size, as OpenAI reports the values it chose."""
+    training = spec.get("training") or {}
+    name = (spec.get("algorithm") or {}).get("name")
+    online = name in {a.value for a in AlgorithmName if a.is_online}
+    epochs = training.get("numEpisodes") if online else training.get("epochs")
+    out: dict[str, Any] = {}
+    if epochs is not None:
+        out["n_epochs"] = epochs
+    if training.get("trainBatchSize") is not None:
+        out["batch_size"] = training["trainBatchSize"]
+    return out
+
+
 def job_object(job: dict[str, Any]) -> FineTuningJob:
     meta, status = job["metadata"], job.get("status") or {}
     trainer = status.get("trainer") or {}
@@ -156,7 +173,10 @@ def job_object(job: dict[str, Any]) -> FineTuningJob:
     estimated = None
     if state == "running" and trainer.get("etaSeconds") is not None and trainer.get("updatedAt"):
         estimated = int((epoch(trainer["updatedAt"]) or 0) + float(trainer["etaSeconds"]))
-    hp = {k: v for k, v in (request.get("hyperparameters") or {}).items() if v is not None}
+    hp = {
+        **effective_hyperparameters(job.get("spec") or {}),
+        **{k: v for k, v in (request.get("hyperparameters") or {}).items() if v is not None},
+    }
     method_params = request.get("method_params")
     return FineTuningJob(
         id=meta["name"],

@@ -38,6 +38,7 @@ async def test_a_supervised_job_is_one_rlhfjob_in_the_tenants_namespace(service:
     assert job.model == "tiny-llama-random" and job.training_file == training
     assert job.organization_id == "team-a" and job.metadata == {"project": "letters"}
     assert job.seed == 3 and job.hyperparameters.n_epochs == 2
+    assert job.hyperparameters.batch_size == 16  # what the catalog chose for "auto"
     stored = service.emulator.get(RLHFJOBS, job.id, "team-a")
     assert stored["spec"]["algorithm"]["name"] == "sft"
     assert stored["spec"]["training"]["epochs"] == 2
