@@ -212,3 +212,22 @@ def test_notes_say_how_to_add_a_tenant(helm: Helm, offline_chart: Path) -> None:
     notes = result.stdout.split("NOTES:", 1)[1]
     assert "--clusterrole=rlhf-rlhf-operator-gateway-tenant" in notes
     assert "kubectl create token ACCOUNT -n TEAM" in notes
+
+
+@pytest.mark.parametrize(
+    ("gateway", "words"),
+    [
+        ({"enabled": True}, "gateway.config.files.uri: where uploaded files go"),
+        ({"enabled": True, "config": {"files": {"uri": "ftp://x"}}}, '(got "ftp://x")'),
+        ({"enabled": True, "config": {"files": {"uri": "pvc://c/p"}}}, "gateway.filesClaim"),
+    ],
+    ids=["no-uri", "bad-scheme", "pvc-without-claim"],
+)
+def test_template_refuses_a_gateway_without_a_file_store(
+    helm: Helm, offline_chart: Path, gateway: dict[str, Any], words: str
+) -> None:
+    from helm_tool import CommandFailed
+
+    with pytest.raises(CommandFailed) as caught:
+        helm.template(offline_chart, {"gateway": gateway})
+    assert words in str(caught.value)
