@@ -55,14 +55,6 @@ class RequestLog:
             and (name is None or r.name == name)
         )
 
-    def as_json(self, since: int = 0) -> dict[str, object]:
-        counts = self.counts(since)
-        return {
-            "mark": self.mark(),
-            "total": sum(counts.values()),
-            "counts": {f"{verb} {resource}": n for (verb, resource), n in sorted(counts.items())},
-        }
-
 
 @dataclass
 class Fault:

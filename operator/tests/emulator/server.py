@@ -56,13 +56,8 @@ class ApiServer:
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
-        app.router.add_get("/_emulator/requests", self._serve_accounting)
         app.router.add_route("*", "/{tail:.*}", self._dispatch)
         return app
-
-    async def _serve_accounting(self, request: web.Request) -> web.Response:
-        """Request counts for a benchmark that runs the emulator in another process."""
-        return _json(self.log.as_json(int(request.query.get("since", "0"))))
 
     # --- routing ----------------------------------------------------------------------------
 
