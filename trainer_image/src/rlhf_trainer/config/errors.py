@@ -7,6 +7,7 @@ from pydantic import ValidationError
 from .base import CROSS_FIELD_ERROR
 from .documents import quote
 from .graders import strip_grader_tags
+from .names import DESCRIPTIONS
 
 # A line names a field and says why in a sentence: anything longer quotes a hostile value.
 MAX_LINE = 600
@@ -35,6 +36,12 @@ def _plain_message(err: dict[str, object]) -> str:
     if err["type"] == "missing":
         return "required field is missing"
     value = err.get("input")
+    if err["type"] == "string_pattern_mismatch":
+        ctx = err.get("ctx")
+        pattern = str(ctx.get("pattern", "")) if isinstance(ctx, dict) else ""
+        if pattern in DESCRIPTIONS:
+            return f"must be {DESCRIPTIONS[pattern]}; got {quote(value)}"
+        return f"{msg}; got {quote(value)}"
     if err["type"] in {"enum", "literal_error"} or "greater" in msg or "less" in msg:
         return f"{msg} (got {quote(value)})"
     return msg

@@ -51,3 +51,22 @@ NAME_MAX = 256  # column names, splits, revisions, W&B names, tokens
 PATH_MAX = 4096  # paths, model and dataset ids, URLs
 # An IPv4 or IPv6 network in CIDR notation (the field validator parses it for real).
 CIDR = r"^[0-9a-fA-F.:]{2,39}/[0-9]{1,3}$"
+
+
+# What each pattern means, for error messages (`errors.py`): "must be <this>".
+DESCRIPTIONS = {
+    DNS_SUBDOMAIN: "a DNS subdomain (lowercase letters, digits, '-' and '.', no '..')",
+    DNS_LABEL: "a DNS label (lowercase letters, digits and '-', at most 63)",
+    DATA_KEY: "a ConfigMap or Secret key (letters, digits, '-', '_', '.'; not '.', '..' or '..*')",
+    STORAGE_QUANTITY: "a size greater than zero, such as 10Gi",
+    RESOURCE_QUANTITY: "a quantity greater than zero, such as 8, 500m or 64Gi",
+    QUALIFIED_NAME: "a label key: [DNS-subdomain/]name, the name at most 63 letters, digits, "
+    "'-', '_' or '.'",
+    LABEL_VALUE: "a label value: at most 63 letters, digits, '-', '_' or '.', starting and "
+    "ending with a letter or digit",
+    ENV_NAME: "an environment variable name (letters, digits, '_', '-', '.'; not starting "
+    "with a digit)",
+    IMAGE: "an image reference such as registry.example.com/team/trainer:1.0",
+    EXTENDED_RESOURCE: "an extended resource name such as nvidia.com/gpu",
+    RAY_RESOURCE: "a Ray resource name (letters, digits, '_', '-')",
+}
