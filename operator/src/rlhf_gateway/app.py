@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 
+from .console import routes as console
 from .deps import Gateway
 from .errors import ApiError, handle_api_error, handle_validation_error
 from .routes import files, graders, jobs, models, progress
@@ -36,8 +37,8 @@ def create_app(parts: Gateway) -> FastAPI:
     app.state.gateway = parts
     app.add_exception_handler(ApiError, handle_api_error)
     app.add_exception_handler(RequestValidationError, handle_validation_error)
-    for router in (files.router, jobs.router, progress.router, models.router, graders.router):
-        app.include_router(router)
+    for module in (files, jobs, progress, models, graders, console):
+        app.include_router(module.router)
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> dict[str, str]:

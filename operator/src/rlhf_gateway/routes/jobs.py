@@ -152,7 +152,7 @@ async def list_jobs(
     return JobList(data=jobs[:limit], has_more=len(jobs) > limit)
 
 
-async def _job(api: TenantApi, job_id: str) -> dict[str, Any]:
+async def tenant_job(api: TenantApi, job_id: str) -> dict[str, Any]:
     if not job_id.startswith(jobview.JOB_PREFIX):  # never another kind of RLHFJob
         raise ApiError(404, f"No fine-tuning job found with id '{job_id}'.", code="not_found")
     job = await api.get_job(job_id)
@@ -163,12 +163,12 @@ async def _job(api: TenantApi, job_id: str) -> dict[str, Any]:
 
 @router.get("/{job_id}", response_model=FineTuningJob)
 async def get_job(api: TenantDep, job_id: str) -> FineTuningJob:
-    return job_object(await _job(api, job_id))
+    return job_object(await tenant_job(api, job_id))
 
 
 @router.post("/{job_id}/cancel", response_model=FineTuningJob)
 async def cancel_job(api: TenantDep, job_id: str) -> FineTuningJob:
-    job = await _job(api, job_id)
+    job = await tenant_job(api, job_id)
     state = job_status(job)
     if state in jobview.FINISHED:
         raise conflict(f"Job {job_id} is already {state}: it cannot be cancelled.")
@@ -182,7 +182,7 @@ async def cancel_job(api: TenantDep, job_id: str) -> FineTuningJob:
 
 @router.post("/{job_id}/pause", response_model=FineTuningJob)
 async def pause_job(api: TenantDep, job_id: str) -> FineTuningJob:
-    job = await _job(api, job_id)
+    job = await tenant_job(api, job_id)
     state = job_status(job)
     if state in jobview.FINISHED or state == "paused":
         raise conflict(f"Job {job_id} is {state}: only a queued or running job can be paused.")
@@ -191,7 +191,7 @@ async def pause_job(api: TenantDep, job_id: str) -> FineTuningJob:
 
 @router.post("/{job_id}/resume", response_model=FineTuningJob)
 async def resume_job(api: TenantDep, job_id: str) -> FineTuningJob:
-    job = await _job(api, job_id)
+    job = await tenant_job(api, job_id)
     state = job_status(job)
     if state != "paused":
         raise conflict(f"Job {job_id} is {state}: only a paused job can be resumed.")

@@ -9,7 +9,7 @@ from pydantic import BaseModel
 
 from ..deps import TenantDep
 from ..progress import Checkpoint, JobEvent, history_of, job_checkpoints, job_events, page
-from .jobs import _job
+from .jobs import tenant_job
 
 router = APIRouter(prefix="/v1/fine_tuning/jobs", tags=["fine-tuning"])
 
@@ -43,7 +43,7 @@ async def list_events(
     after: str | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 20,
 ) -> EventList:
-    job = await _job(api, job_id)
+    job = await tenant_job(api, job_id)
     events = job_events(job, await api.job_events(job_id), history_of(job))
     data, more = page(events, after, limit)
     return EventList(data=data, has_more=more)
@@ -56,7 +56,7 @@ async def list_checkpoints(
     after: str | None = None,
     limit: Annotated[int, Query(ge=1, le=100)] = 10,
 ) -> CheckpointList:
-    job = await _job(api, job_id)
+    job = await tenant_job(api, job_id)
     data, more = page(job_checkpoints(job, history_of(job)), after, limit)
     return CheckpointList(
         data=data,
@@ -68,5 +68,5 @@ async def list_checkpoints(
 
 @router.get("/{job_id}/metrics", response_model=Metrics)
 async def job_metrics(api: TenantDep, job_id: str) -> Metrics:
-    job = await _job(api, job_id)
+    job = await tenant_job(api, job_id)
     return Metrics(job_id=job_id, metrics=history_of(job))
