@@ -190,3 +190,37 @@ async def test_a_job_over_the_namespaces_quota_is_a_429(service: Service) -> Non
     assert "exceeded quota: rlhf" in caught.value.message
     assert caught.value.response.headers["x-should-retry"] == "false"
     assert len(service.emulator.list(RLHFJOBS, "team-a")) == 1
+
+
+async def test_each_call_costs_one_token_review_and_the_few_requests_it_needs(
+    service: Service,
+) -> None:
+    """The gateway caches nothing, so its cost on the API server is per call: one TokenReview
+    plus the requests the call needs as the tenant, never a scan of other namespaces."""
+    client = service.client("team-a")
+    training = await upload(client, SFT_ROWS)
+    log = service.emulator.requests
+    review = ("create", "tokenreviews.authentication.k8s.io")
+
+    mark = log.mark()
+    job = await client.fine_tuning.jobs.create(model="tiny-llama-random", training_file=training)
+    assert log.counts(since=mark) == {
+        review: 1,
+        ("get", "configmaps"): 1,  # the training file's record
+        ("create", "rlhfjobs.rlhf.dev"): 1,
+    }
+    for _ in range(5):
+        await client.fine_tuning.jobs.create(model="tiny-llama-random", training_file=training)
+    for call, expected in (
+        (client.fine_tuning.jobs.list(limit=2), {("list", "rlhfjobs.rlhf.dev"): 1}),
+        (client.fine_tuning.jobs.retrieve(job.id), {("get", "rlhfjobs.rlhf.dev"): 1}),
+        (client.models.list(), {("list", "rlhfjobs.rlhf.dev"): 1}),
+        (
+            client.fine_tuning.jobs.list_events(job.id),
+            {("get", "rlhfjobs.rlhf.dev"): 1, ("list", "events"): 1},
+        ),
+    ):
+        mark = log.mark()
+        await call
+        assert log.counts(since=mark) == {review: 1, **expected}
+    assert {r.namespace for r in log.records if r.resource == "rlhfjobs.rlhf.dev"} == {"team-a"}
