@@ -10,7 +10,7 @@ from fastapi.exceptions import RequestValidationError
 
 from .console import routes as console
 from .deps import Gateway
-from .errors import ApiError, handle_api_error, handle_validation_error
+from .errors import ApiError, handle_api_error, handle_unexpected, handle_validation_error
 from .routes import files, graders, jobs, models, progress
 
 TITLE = "RLHF gateway"
@@ -37,6 +37,7 @@ def create_app(parts: Gateway) -> FastAPI:
     app.state.gateway = parts
     app.add_exception_handler(ApiError, handle_api_error)
     app.add_exception_handler(RequestValidationError, handle_validation_error)
+    app.add_exception_handler(Exception, handle_unexpected)
     for module in (files, jobs, progress, models, graders, console):
         app.include_router(module.router)
 

@@ -100,6 +100,14 @@ async def handle_api_error(_: Request, exc: Exception) -> JSONResponse:
     return error_response(cast(ApiError, exc))  # registered for ApiError only
 
 
+async def handle_unexpected(_: Request, exc: Exception) -> JSONResponse:
+    """Anything else is the gateway's fault: OpenAI's envelope, without internals."""
+    del exc  # logged by the server
+    return error_response(
+        ApiError(500, "The gateway failed to handle the request.", code="internal_error")
+    )
+
+
 async def handle_validation_error(_: Request, exc: Exception) -> JSONResponse:
     """A request body or query that does not parse: 400 naming the first bad param."""
     errors = list(cast(RequestValidationError, exc).errors())

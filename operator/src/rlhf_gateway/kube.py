@@ -110,28 +110,34 @@ class Kube:
         data = None if body is None else json.dumps(body)
         if data is not None and content_type is None:
             content_type = "application/json"
-        async with self._session.request(
-            method,
-            self._configuration.host.rstrip("/") + path,
-            data=data,
-            params=dict(params or {}),
-            headers=self._headers(as_, content_type),
-            timeout=aiohttp.ClientTimeout(total=30),
-        ) as response:
-            text = await response.text()
-            try:
-                answer = json.loads(text) if text else {}
-            except ValueError:
-                answer = {"message": text}
-            if response.status >= 400:
-                raise KubeError(
-                    response.status,
-                    str(answer.get("reason", response.reason or "")),
-                    str(answer.get("message", text)),
-                    answer.get("details"),
-                )
-            result: JSON = answer
-            return result
+        try:
+            async with self._session.request(
+                method,
+                self._configuration.host.rstrip("/") + path,
+                data=data,
+                params=dict(params or {}),
+                headers=self._headers(as_, content_type),
+                timeout=aiohttp.ClientTimeout(total=30),
+            ) as response:
+                status, reason, text = response.status, response.reason, await response.text()
+        except (aiohttp.ClientError, TimeoutError) as err:
+            # No answer at all: the API server is down or unreachable (never the tenant's fault).
+            raise KubeError(
+                503, "ServiceUnavailable", f"the API server did not answer: {err!r}"
+            ) from err
+        try:
+            answer = json.loads(text) if text else {}
+        except ValueError:
+            answer = {"message": text}
+        if status >= 400:
+            raise KubeError(
+                status,
+                str(answer.get("reason", reason or "")),
+                str(answer.get("message", text)),
+                answer.get("details"),
+            )
+        result: JSON = answer
+        return result
 
     # --- the calls the gateway makes --------------------------------------------------------
 

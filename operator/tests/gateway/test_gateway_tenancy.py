@@ -89,3 +89,22 @@ def test_the_console_script_prints_its_openapi_and_names_bad_settings(
     refused = _run("--config", str(bad))
     assert refused.returncode == 2
     assert "reinforcementAlgorithm" in refused.stderr and "s3://" in refused.stderr
+
+
+async def test_api_server_failures_are_openai_errors_and_leave_nothing(service: Service) -> None:
+    client = service.client("team-a")
+    training = (
+        await client.files.create(file=("t.jsonl", jsonl(SFT_ROWS)), purpose="fine-tune")
+    ).id
+    service.emulator.faults.add("create", "rlhfjobs.rlhf.dev", code=500)
+    with pytest.raises(openai.APIStatusError) as caught:
+        await client.fine_tuning.jobs.create(model="tiny-llama-random", training_file=training)
+    assert caught.value.status_code == 502
+    assert caught.value.body["code"] == "upstream_error"  # type: ignore[index]
+    assert service.emulator.list("rlhfjobs.rlhf.dev", "team-a") == []
+
+    await service.emulator.stop()  # the API server is gone: no token can be reviewed
+    with pytest.raises(openai.APIStatusError) as down:
+        await client.files.list()
+    assert down.value.status_code == 503
+    assert down.value.body["code"] == "token_review_failed"  # type: ignore[index]
