@@ -28,7 +28,6 @@ from ..tenantapi import TenantApi
 from .graders import reward_of
 
 router = APIRouter(prefix="/v1/fine_tuning/jobs", tags=["fine-tuning"])
-_FORMAT_OF_METHOD = {"supervised": "supervised", "dpo": "dpo", "reinforcement": "reinforcement"}
 
 
 class JobList(BaseModel):
@@ -85,7 +84,7 @@ async def file_ref(api: TenantApi, file_id: str, param: str, method: str) -> Fil
             raise missing from None
         raise
     fmt = files.file_format(record)
-    if fmt != _FORMAT_OF_METHOD[method]:
+    if fmt != method:  # a file's format is named after the method its rows serve
         raise bad_request(
             f"{param}: '{file_id}' holds {fmt} rows; a {method} job needs {method} rows",
             param,
