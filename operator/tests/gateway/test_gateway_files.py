@@ -132,3 +132,19 @@ async def test_oversized_uploads_are_413_and_leave_nothing(tmp_path: object) -> 
             )
         assert caught.value.status_code == 413
         assert service.emulator.list("configmaps", "team-a", label_selector="rlhf.dev/file") == []
+
+
+async def test_files_are_listed_in_pages(service: Service) -> None:
+    client = service.client("team-a")
+    made = [
+        (await client.files.create(file=(f"{i}.jsonl", jsonl(SFT_ROWS)), purpose="fine-tune")).id
+        for i in range(3)
+    ]
+    first = await client.files.list(limit=2, order="asc")
+    assert len(first.data) == 2 and first.has_more
+    rest = await client.files.list(limit=2, order="asc", after=first.data[-1].id)
+    assert {f.id for f in first.data + rest.data} == set(made) and not rest.has_more
+    assert sorted([f.id async for f in client.files.list(limit=1)]) == sorted(made)  # SDK paging
+    with pytest.raises(openai.BadRequestError) as caught:
+        await client.files.list(purpose="batch")
+    assert caught.value.body["param"] == "purpose"  # type: ignore[index]

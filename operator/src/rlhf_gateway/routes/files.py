@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import time
-from typing import Annotated
+from typing import Annotated, Literal
 
-from fastapi import APIRouter, File, Form, UploadFile
+from fastapi import APIRouter, File, Form, Query, UploadFile
 from fastapi.responses import Response
 
 from .. import files
 from ..deps import GatewayDep, TenantDep
 from ..errors import ApiError, bad_request, not_found
 from ..formats import check_rows
+from ..progress import page
 
 router = APIRouter(prefix="/v1/files", tags=["files"])
 WHAT = "file"
@@ -68,12 +69,24 @@ async def upload_file(
 
 
 @router.get("", response_model=files.FileList)
-async def list_files(api: TenantDep, purpose: str | None = None) -> files.FileList:
+async def list_files(
+    api: TenantDep,
+    purpose: str | None = None,
+    after: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=10000)] = 10000,
+    order: Literal["asc", "desc"] = "desc",
+) -> files.FileList:
+    if purpose is not None and purpose not in files.PURPOSES:
+        raise bad_request(
+            f"purpose: one of {', '.join(files.PURPOSES)} (got {purpose!r})", "purpose"
+        )
     selector = files.FILE_LABEL + (f",rlhf.dev/purpose={purpose}" if purpose else "")
     items = await api.list_configmaps(selector, what=WHAT)
-    data = sorted((files.file_object(i) for i in items), key=lambda f: (-f.created_at, f.id))
+    ordered = sorted((files.file_object(i) for i in items), key=lambda f: (f.created_at, f.id))
+    data, more = page(ordered[::-1] if order == "desc" else ordered, after, limit)
     return files.FileList(
         data=data,
+        has_more=more,
         first_id=data[0].id if data else None,
         last_id=data[-1].id if data else None,
     )
