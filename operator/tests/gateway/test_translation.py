@@ -228,3 +228,51 @@ def test_api_server_refusals_become_openai_errors(
 
     error = translate_error(KubeError(code, "", message), what="fine-tuning job", ident="ftjob-1")
     assert (error.status, error.code) == (status, error_code)
+
+
+def test_the_docs_catalog_makes_jobs_the_validators_accept() -> None:
+    """docs/service.md's gateway values: valid settings, and each method on its catalog model
+    gives an RLHFJob that `rlhf validate` would accept."""
+    import pathlib
+    import re
+
+    import yaml
+
+    from rlhf_gateway.settings import GatewaySettings
+
+    docs = (pathlib.Path(__file__).resolve().parents[3] / "docs" / "service.md").read_text()
+    block = next(b for b in re.findall(r"```yaml\n(.*?)```", docs, re.S) if "gateway:" in b)
+    config = yaml.safe_load(block)["gateway"]["config"]
+    repo = pathlib.Path(__file__).resolve().parents[3]
+    chart = yaml.safe_load((repo / "helm" / "rlhf-operator" / "values.yaml").read_text())
+    defaults = chart["gateway"]["config"]  # helm merges the chart's defaults under them
+    merged = {**defaults, **config, "files": {**defaults["files"], **config["files"]}}
+    settings = GatewaySettings.model_validate(merged)
+    entry = settings.catalog[0]
+    grader = {
+        "type": "string_check",
+        "name": "exact",
+        "operation": "eq",
+        "input": "{{sample.output_text}}",
+        "reference": "{{item.answer}}",
+    }
+    for method in (
+        {"type": "supervised"},
+        {"type": "dpo"},
+        {"type": "reinforcement", "reinforcement": {"grader": grader}},
+    ):
+        req = CreateJobRequest.model_validate(
+            {"model": entry.id, "training_file": TRAIN.id, "method": method}
+        )
+        plan = translate(
+            req,
+            base=entry,
+            actor=entry.source.to_manifest(),
+            training=TRAIN,
+            validation=None,
+            rl_algorithm=settings.reinforcement_algorithm,
+            reward={"models.graderReward.grader": grader}
+            if method["type"] == "reinforcement"
+            else None,
+        )
+        check_manifest(manifest("ftjob-docs", req, plan.spec, {}), plan, entry.id)
