@@ -93,7 +93,7 @@ def rollout_batch(args: argparse.Namespace, vocab: int) -> dict[str, Tensor]:
         actions[row, :r] = 1
     batch = {"input_ids": ids, "attention_mask": mask, "action_mask": actions}
     batch["advantages"] = torch.randn(actions.shape, generator=generator)
-    batch["old_logp"] = -torch.rand(actions.shape, generator=generator) * 5
+    batch["old_logps"] = -torch.rand(actions.shape, generator=generator) * 5
     return batch
 
 
@@ -112,7 +112,7 @@ def update(
     for micro in micros:
         logp, _ = action_log_probs(model, micro, 1.0, with_entropy=True, packed=packed)
         loss, _ = policy_objective(
-            logp, micro["old_logp"], micro["advantages"], micro["action_mask"], SETTINGS, kl_coef=0
+            logp, micro["old_logps"], micro["advantages"], micro["action_mask"], SETTINGS, kl_coef=0
         )
         (loss / len(micros)).backward()
     optimizer.step()

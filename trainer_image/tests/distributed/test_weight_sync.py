@@ -123,7 +123,7 @@ def check_sync_after_update(cluster: Any, tokenizer: Any, tmp_path: Path) -> str
     old_logp = cluster.actor_log_probs(batch).result()
     advantages = torch.linspace(-1.0, 1.0, len(samples))[:, None] * batch["action_mask"]
     stats = cluster.train_actor(
-        batch | {"old_logp": old_logp, "advantages": advantages}, 1, 0.0
+        batch | {"old_logps": old_logp, "advantages": advantages}, 1, 0.0
     ).result()
     assert stats["optimizer_steps"] == 1.0
 

@@ -59,7 +59,7 @@ def ppo_batch(vocab: int, device: torch.device) -> dict[str, Tensor]:
         actions[row, :r] = 1
     batch = {"input_ids": ids, "attention_mask": mask, "action_mask": actions}
     batch["advantages"] = torch.randn(actions.shape, generator=generator)
-    batch["old_logp"] = -torch.rand(actions.shape, generator=generator) * 5
+    batch["old_logps"] = -torch.rand(actions.shape, generator=generator) * 5
     return {k: v.to(device) for k, v in batch.items()}
 
 
@@ -88,7 +88,7 @@ def test_packed_policy_loss_matches_padded_on_cuda(
         logp, _ = action_log_probs(model, batch, 1.0, packed=packed)
         loss, _ = policy_objective(
             logp,
-            batch["old_logp"],
+            batch["old_logps"],
             batch["advantages"],
             batch["action_mask"],
             SETTINGS,

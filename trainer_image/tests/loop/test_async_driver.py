@@ -155,7 +155,7 @@ def test_async_steps_train_on_the_engines_log_probs(tmp_path: Path) -> None:
     assert state.step == 4 and state.data_position == 8
     assert cluster.staged == 4
     for batch in cluster.trained:
-        assert torch.equal(batch["old_logp"], torch.tensor([[-0.5, -0.25]] * 4))
+        assert torch.equal(batch["old_logps"], torch.tensor([[-0.5, -0.25]] * 4))
     assert [m["staleness"] for m in reporter.metrics] == [0.0, 1.0, 1.0, 1.0]
     step2 = json.loads((tmp_path / "step-000002" / PENDING_ROLLOUTS_FILE).read_text())
     assert [r["step"] for r in step2["rollouts"]] == [3]
@@ -211,8 +211,8 @@ def test_async_dynamic_sampling_trains_full_batches_on_their_behaviour_log_probs
     for t, batch in enumerate(cluster.trained):
         kept = [6 * t + 2, 6 * t + 5]
         first = [-(10 + p) / 100 for p in kept for _ in range(2)]
-        assert batch["old_logp"][:, 0].tolist() == pytest.approx(first)
-        assert batch["old_logp"][:, 1].tolist() == [-0.25] * 4
+        assert batch["old_logps"][:, 0].tolist() == pytest.approx(first)
+        assert batch["old_logps"][:, 1].tolist() == [-0.25] * 4
     assert [m["staleness"] for m in reporter.metrics] == [0.0, 1.0, 1.0, 1.0]
     assert [m["dynamic_sampling/extra_rounds"] for m in reporter.metrics] == [2.0] * 4
     saved = json.loads((tmp_path / "step-000002" / PENDING_ROLLOUTS_FILE).read_text())

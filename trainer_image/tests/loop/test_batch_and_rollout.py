@@ -30,12 +30,12 @@ def test_to_batch_left_pads_prompts_and_right_pads_responses() -> None:
 
 def test_trim_padding_keeps_the_response_as_the_last_columns() -> None:
     batch = to_batch([sample([5, 6], [8]), sample([5], [8, 9])], PAD)
-    batch["old_logp"] = torch.tensor([[-1.0, 0.0], [-1.0, -2.0]])
+    batch["old_logps"] = torch.tensor([[-1.0, 0.0], [-1.0, -2.0]])
     batch = {k: v[:1] for k, v in batch.items()}  # row 0 only: one response token, wide prompt
     trimmed = trim_padding(batch)
     assert trimmed["input_ids"].tolist() == [[5, 6, 8]]
     assert trimmed["action_mask"].tolist() == [[1]]
-    assert trimmed["old_logp"].tolist() == [[-1.0]]
+    assert trimmed["old_logps"].tolist() == [[-1.0]]
 
 
 def test_mismatched_action_mask_is_rejected() -> None:

@@ -13,9 +13,9 @@ from huggingface_hub.errors import OfflineModeIsEnabled
 from rlhf_trainer.config.outcome import ExitCode, FailureClass
 from rlhf_trainer.context.job import JobError, RunFailed
 from rlhf_trainer.context.preemption import Preempted
+from rlhf_trainer.context.steploop import NonFiniteError
 from rlhf_trainer.data.sources import DataLoadError
 from rlhf_trainer.distributed.workers.trained import NonFiniteLossError
-from rlhf_trainer.loop.driver import NonFiniteError
 from rlhf_trainer.models.loading import ModelLoadError
 from rlhf_trainer.rewards.agent_runner import AgentError
 from rlhf_trainer.rewards.function_runner import (

@@ -13,14 +13,18 @@ from (seed, round, epoch): in deterministic mode the redone round is the same ro
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from torch import Tensor
 
 from rlhf_trainer.checkpoint import TrainerState
 from rlhf_trainer.config import AlgorithmName
+from rlhf_trainer.context.protocols import Pending
+from rlhf_trainer.context.steploop import check_finite
 from rlhf_trainer.loop.batch import Sample, to_batch
-from rlhf_trainer.loop.driver import Trainer, check_finite
+from rlhf_trainer.loop.cluster import OnlineCluster
+from rlhf_trainer.loop.driver import Trainer
+from rlhf_trainer.loop.schedule import Rollout
 from rlhf_trainer.objectives.collate import pad_sequences
 from rlhf_trainer.reporting.timing import StageTimer
 
@@ -30,28 +34,29 @@ from .selection import at_least, best_of_n, preference_pairs, round_batches
 Experience = dict[str, Tensor]
 
 
-class IterativeTrainer(Trainer):
+class IterativeCluster(OnlineCluster, Protocol):
+    """The online cluster whose policy trains with an offline objective
+    (`distributed.iterative.IterativeCluster`)."""
+
+    def reference_logps(self, batch: Experience) -> Pending[Tensor]: ...
+    def train_step(self, batch: Experience, step: int) -> Pending[dict[str, float]]: ...
+
+
+class IterativeTrainer(Trainer[IterativeCluster]):
     @property
     def pairs(self) -> bool:
         return self.cfg.algorithm.name is AlgorithmName.ITERATIVE_DPO
 
     def make_experience(
-        self,
-        step: int,
-        samples: list[Sample],
-        state: TrainerState,
-        timer: StageTimer,
-        behaviour: Tensor | None = None,
-        scored: tuple[Tensor, dict[str, float]] | None = None,
+        self, step: int, rollout: Rollout, state: TrainerState, timer: StageTimer
     ) -> tuple[Experience, dict[str, float], dict[str, Any]]:
-        """Score the samples, select the round's data set, and (DPO) its reference log-probs.
-        (`behaviour`, async rollout's log-probs, and `scored`, dynamic sampling's rewards,
-        never come: rounds are generated on-policy, and selection is not dynamic sampling.)"""
+        """Score the round's samples (here, not ahead: dynamic sampling, which alone scores
+        ahead, is refused for the iterative algorithms), select the round's data set, and
+        (DPO) its reference log-probs."""
+        samples = rollout.samples
         batch = to_batch(samples, self.pad_id)
-        if scored is None:
-            with timer("reward"):
-                scored = self.score(samples)
-        raw, reward_metrics = scored
+        with timer("reward"):
+            raw, reward_metrics = self.score(samples)
         check_finite("the combined reward", raw, step, "a reward source returned NaN/inf")
         rewards = [float(r) for r in raw]
         mask = batch["action_mask"]

@@ -6,41 +6,42 @@ scores them, and trains the actor (and the critic, for PPO) on them for `ppoEpoc
 The driver holds the whole step's batch, so reward normalisation and advantage whitening are
 global; the ranks only run forward passes and updates on their shards.
 
-On failure the run stops with the error, after writing a final checkpoint when the models are
-in a consistent state (the failure came before this step's update, or after it completed) and
-their weights are finite; a checkpoint is never half-written (see `CheckpointStore`).
-
-A stop request (SIGTERM, see `rlhf_trainer.context.preemption`) is honoured between steps and,
-within a step, before its update: the step's rollouts and experience are dropped whole (no
-weights, no data position, no controller state of theirs is kept) and `Preempted` takes the
-failure path above, which checkpoints the last finished step. Once the update has begun the
-step runs to its end, as its models are consistent only then.
+Fit, resume, checkpoints (periodic, final, after a failure) and stop checks are the one step
+loop's (`rlhf_trainer.context.steploop`); this module plugs in the online stages. A stop
+request (SIGTERM) is honoured between steps and, within a step, before its update: the step's
+rollouts and experience are dropped whole (no weights, no data position, no controller state
+of theirs is kept) and `Preempted` takes the failure path, which checkpoints the last finished
+step. Once the update has begun the step runs to its end, as its models are consistent only
+then (or when it failed before any optimizer step: `models_consistent`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import torch
 from torch import Tensor
 
 from rlhf_trainer.algos.masking import masked_mean
 from rlhf_trainer.algos.rewards import overlong_penalty
-from rlhf_trainer.checkpoint import CheckpointRef, TrainerState, publish_dir
-from rlhf_trainer.config import JobConfig, ResumePolicy
-from rlhf_trainer.context.health import HealthWatch, Unhealthy
-from rlhf_trainer.context.preemption import Preempted, StopCheck, never
+from rlhf_trainer.checkpoint import TrainerState
+from rlhf_trainer.config import JobConfig
+from rlhf_trainer.context.preemption import StopCheck, never
+from rlhf_trainer.context.protocols import CheckpointStore, Reporter
+from rlhf_trainer.context.steploop import IDLE, UPDATE, StepLoop, check_finite
 from rlhf_trainer.data.pretrain import PretrainBatches
 from rlhf_trainer.reporting.timing import StageTimer
 
 from .batch import Sample, behaviour_log_probs, to_batch
+from .cluster import OnlineCluster
 from .estimators import compute_advantages, kl_statistic, process_scores
 from .evaluation import evaluate, is_eval_step
 from .pipeline import rollout_source
 from .rollout import Agents, PromptInput, Response, multi_turn, single_turn
+from .schedule import Rollout
 from .state import (
     REWARD_STATS,
     advanced,
@@ -55,35 +56,10 @@ ACTOR_KEYS = ("input_ids", "attention_mask", "action_mask", "advantages")
 CRITIC_KEYS = ("input_ids", "attention_mask", "action_mask", "old_values", "returns")
 
 
-class NonFiniteError(FloatingPointError):
-    """A stage produced NaN/inf: the run has diverged (or a reward source misbehaves)."""
-
-
 class Scorer(Protocol):
     def score(
         self, samples: list[Sample], model_scores: list[Tensor]
     ) -> tuple[Tensor, dict[str, float]]: ...
-
-
-class CheckpointStore(Protocol):
-    def save(self, step: int, write_fn: Callable[[Path], None]) -> Path: ...
-    def latest(self) -> CheckpointRef | None: ...
-    def resume_point(
-        self, resume: ResumePolicy, resume_from: str | None
-    ) -> CheckpointRef | None: ...
-
-
-class Reporter(Protocol):
-    def on_step(
-        self,
-        step: int,
-        total_steps: int,
-        metrics: Mapping[str, Any],
-        timings: Mapping[str, float],
-        samples: int | Sequence[Mapping[str, Any]] = ...,
-    ) -> object: ...
-
-    def on_checkpoint(self, step: int, path: Path) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -98,17 +74,16 @@ class Hooks:
     pretrain: PretrainBatches | None = None
 
 
-def check_finite(name: str, value: Tensor, step: int, hint: str) -> None:
-    if not bool(torch.isfinite(value).all()):
-        bad = int((~torch.isfinite(value)).sum())
-        raise NonFiniteError(f"step {step}: {name} has {bad} non-finite values (NaN/inf); {hint}")
+Cluster = TypeVar("Cluster", bound=OnlineCluster)
 
 
-class Trainer:
+class Trainer(StepLoop[Cluster]):
+    """The online stages on the step loop; `IterativeTrainer` replaces two of them."""
+
     def __init__(
         self,
         cfg: JobConfig,
-        cluster: Any,
+        cluster: Cluster,
         tokenizer: Any,
         prompts: Any,
         hooks: Hooks,
@@ -118,53 +93,31 @@ class Trainer:
         stop: StopCheck = never,
         eval_prompts: Sequence[Any] = (),
     ) -> None:
-        self.cfg, self.cluster, self.tokenizer, self.prompts = cfg, cluster, tokenizer, prompts
-        self.eval_prompts = eval_prompts
-        self.hooks, self.total_steps, self.export_dir = hooks, total_steps, export_dir
-        self.stop = stop
-        self.resumed_from: int | None = None
         self.kl = kl_controller(cfg.algorithm)
-        self.state = TrainerState(kl_coef=self.kl.value)
-        self.saved_step = -1
+        super().__init__(
+            cfg,
+            cluster,
+            hooks.checkpoints,
+            hooks.reporter,
+            total_steps=total_steps,
+            export_dir=export_dir,
+            stop=stop,
+            state=TrainerState(kl_coef=self.kl.value),
+        )
+        self.tokenizer, self.prompts, self.hooks = tokenizer, prompts, hooks
+        self.eval_prompts = eval_prompts
         self.pad_id = int(tokenizer.pad_token_id)
         self.steps_before_update: tuple[int, ...] = ()
-        self.failure_checkpoint: Path | None = None
-        # Where the step is: the models are consistent before "update" and after it completes.
-        self.phase = "idle"
         # Each step's batch (in dynamic-sampling rounds or not): generated on the spot, or
         # ahead with `rollout.async`.
         self.rollouts = rollout_source(cfg, self, cluster, total_steps)
-        self.health = HealthWatch(cfg.run_policy.guardrails)
 
     def next_prompts(self, position: int) -> tuple[list[Any], int]:
         size = self.cfg.training.rollout_batch_size
         batch = next(self.prompts.batches(size, start=position, passes=None))
         return batch.items, batch.position
 
-    # --- the loop -------------------------------------------------------------------------
-    def fit(self) -> TrainerState:
-        self.resume()
-        try:
-            while self.state.step < self.total_steps:
-                self.stop_if_requested()
-                try:
-                    self.state = self.train_step(self.state)
-                except NonFiniteError as err:
-                    trip = self.health.diverged(self.state.step + 1, str(err))
-                    if trip is None:
-                        raise
-                    raise Unhealthy(trip) from err
-            if self.saved_step != self.state.step:
-                self.checkpoint(self.state)
-            if self.export_dir is not None and self.cfg.checkpoint.export_hf:
-                publish_dir(lambda d: self.cluster.export_hf(str(d)), self.export_dir)
-        except BaseException as err:
-            self.final_checkpoint_after(err)
-            raise
-        finally:
-            self.rollouts.close()
-        return self.state
-
+    # --- the step -------------------------------------------------------------------------
     def train_step(self, state: TrainerState) -> TrainerState:
         step = state.step + 1
         timer = StageTimer()
@@ -174,13 +127,11 @@ class Trainer:
         samples = rollout.samples
         self.stop_if_requested()  # generation is most of a step: no need to score it too
         with timer("make_experience"):
-            experience, metrics, reward_stats = self.make_experience(
-                step, samples, state, timer, behaviour_log_probs(samples), rollout.scored
-            )
+            experience, metrics, reward_stats = self.make_experience(step, rollout, state, timer)
         metrics |= {"staleness": float(rollout.staleness()), "rollout_s": rollout.generate_s}
         metrics |= rollout.metrics
         self.stop_if_requested()  # the last point where the step leaves no trace
-        self.phase = "update"
+        self.phase = UPDATE
         self.steps_before_update = self.cluster.optimizer_steps()
         with timer("training"):
             self.cluster.sleep_engines()
@@ -201,21 +152,13 @@ class Trainer:
         if self.eval_prompts and is_eval_step(self.cfg, step, self.total_steps):
             with timer("eval"):  # on the engines once they hold this step's weights
                 metrics |= self.rollouts.on_engines(lambda: evaluate(self, step, self.eval_prompts))
-        every = self.cfg.checkpoint.every_steps
-        if (every and step % every == 0) or step == self.total_steps:
+        if self.due(step):
             with timer("checkpoint"):
                 self.checkpoint(new_state)
         self.report(step, samples, metrics, timer.timings())
-        self.phase = "idle"
-        trip = self.health.check(step, metrics)
-        if trip is not None:  # `fit` checkpoints this step, then the run stops
-            raise Unhealthy(trip)
+        self.phase = IDLE
+        self.check_health(step, metrics)
         return new_state
-
-    def stop_if_requested(self) -> None:
-        """Raise `Preempted` at a point where the models are those of `self.state`."""
-        if self.stop():
-            raise Preempted(self.state.step)
 
     # --- stages ---------------------------------------------------------------------------
     def generate(
@@ -272,20 +215,16 @@ class Trainer:
         return self.hooks.scorer.score(samples, [p.result() for p in pending])
 
     def make_experience(
-        self,
-        step: int,
-        samples: list[Sample],
-        state: TrainerState,
-        timer: StageTimer,
-        behaviour: Tensor | None = None,
-        scored: tuple[Tensor, dict[str, float]] | None = None,
+        self, step: int, rollout: Rollout, state: TrainerState, timer: StageTimer
     ) -> tuple[dict[str, Tensor], dict[str, float], dict[str, Any]]:
         """Log-probs, values and rewards (the ranks' forward passes overlap the reward
-        function), then KL, token rewards, advantages and returns for the whole batch.
-        `behaviour`: the engines' sampling log-probs of samples generated by older weights
-        (async rollout), which take the old log-probs' place in the importance ratio.
-        `scored`: the samples' rewards when already computed (dynamic sampling)."""
+        function), then KL, token rewards, advantages and returns for the whole batch. The
+        engines' sampling log-probs of samples generated by older weights (async rollout)
+        take the old log-probs' place in the importance ratio; rewards computed already
+        (dynamic sampling: `rollout.scored`) are not computed again."""
         cfg, algo = self.cfg, self.cfg.algorithm
+        samples, scored = rollout.samples, rollout.scored
+        behaviour = behaviour_log_probs(samples)
         batch = to_batch(samples, self.pad_id)
         mask = batch["action_mask"]
         # On-policy (one optimizer step per step, no KL to a reference): the policy that
@@ -335,11 +274,11 @@ class Trainer:
         self.kl.update(kl, len(samples))
         batch |= {"advantages": adv.advantages, "returns": adv.returns}
         if old_logp is not None:
-            batch["old_logp"] = old_logp
+            batch["old_logps"] = old_logp
         if values is not None:
             batch["old_values"] = values
         if ref_logp is not None and algo.use_kl_loss:
-            batch["ref_logp"] = ref_logp
+            batch["ref_logps"] = ref_logp
         real = mask != 0
         metrics = {
             "reward": float(raw.mean()),
@@ -366,7 +305,7 @@ class Trainer:
 
     def update(self, step: int, batch: dict[str, Tensor]) -> dict[str, float]:
         """PPO epochs on the actor and the critic at the same time (separate ranks)."""
-        actor_keys = ACTOR_KEYS + tuple(k for k in ("old_logp", "ref_logp") if k in batch)
+        actor_keys = ACTOR_KEYS + tuple(k for k in ("old_logps", "ref_logps") if k in batch)
         frozen = step <= self.cfg.training.freeze_actor_steps
         actor = (
             None
@@ -399,53 +338,35 @@ class Trainer:
             {"prompt": s.prompt_text, "response": s.response_text, "label": s.label}
             for s in samples[: min(2, len(samples))]
         ]
-        self.hooks.reporter.on_step(step, self.total_steps, metrics, timings, shown)
+        self.reporter.on_step(step, self.total_steps, metrics, timings, shown)
 
-    # --- checkpoints ----------------------------------------------------------------------
-    def checkpoint(self, state: TrainerState, *, wait_rollouts: bool = True) -> Path:
-        def write(directory: Path) -> None:
-            self.cluster.save_checkpoint(str(directory))
-            save_state(state, directory)
-            self.rollouts.save(directory, state, wait=wait_rollouts)
+    # --- what a checkpoint keeps, resume, export -----------------------------------------
+    def save_state(self, directory: Path, state: TrainerState, *, after_failure: bool) -> None:
+        save_state(state, directory)
+        # After a failure the producer may be what failed: save what it finished.
+        self.rollouts.save(directory, state, wait=not after_failure)
 
-        path = self.hooks.checkpoints.save(state.step, write)
-        self.saved_step = state.step
-        self.hooks.reporter.on_checkpoint(state.step, path)
-        return path
-
-    def resume(self) -> None:
-        """Continue from this job's checkpoint, if it has one (see `resume_point`: only
-        its own, written for this config, with all its files)."""
-        c = self.cfg.checkpoint
-        latest = self.hooks.checkpoints.resume_point(c.resume, c.resume_from)
-        if latest is None:
-            lora = self.cfg.training.lora
-            if lora is not None and lora.quantization is not None:
-                # The engines loaded the unquantised base; the actor is its NF4 rounding:
-                # step 1 samples from the policy it trains, as every later step does.
-                self.cluster.sync_weights()
-            return
-        self.cluster.load_checkpoint(str(latest.path))
-        self.state = load_state(latest.path)
-        self.kl = kl_controller(self.cfg.algorithm, self.state.kl_coef)
-        self.saved_step = self.resumed_from = self.state.step
+    def load_state(self, directory: Path) -> TrainerState:
+        state = load_state(directory)
+        self.kl = kl_controller(self.cfg.algorithm, state.kl_coef)
         # The engines still hold the initial weights: send them the restored ones.
         self.cluster.sync_weights()
-        self.rollouts.resume(latest.path, self.state)
+        self.rollouts.resume(directory, state)
+        return state
 
-    def final_checkpoint_after(self, err: BaseException) -> None:
-        """Save the last consistent state after a failure, when that is possible and useful."""
-        if self.state.step == self.saved_step or self.state.step == 0:
-            return
-        try:
-            # An update that failed before any optimizer step left the models as they were.
-            if (
-                self.phase == "update"
-                and self.cluster.optimizer_steps() != self.steps_before_update
-            ):
-                return
-            if not self.cluster.weights_finite():
-                return
-            self.failure_checkpoint = self.checkpoint(self.state, wait_rollouts=False)
-        except Exception:
-            return
+    def start_fresh(self) -> None:
+        lora = self.cfg.training.lora
+        if lora is not None and lora.quantization is not None:
+            # The engines loaded the unquantised base; the actor is its NF4 rounding: step 1
+            # samples from the policy it trains, as every later step does.
+            self.cluster.sync_weights()
+
+    def models_consistent(self) -> bool:
+        # An update that failed before any optimizer step left the models as they were.
+        return self.phase != UPDATE or self.cluster.optimizer_steps() == self.steps_before_update
+
+    def export(self, directory: Path) -> None:
+        self.cluster.export_hf(str(directory))
+
+    def close(self) -> None:
+        self.rollouts.close()

@@ -9,12 +9,17 @@ classes (the iterative trainers use it too).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from rlhf_trainer.context.job import RunContext, RunResult, fit, resolve_path, total_steps
 from rlhf_trainer.context.preemption import Preempted
+
+from .cluster import OnlineCluster
+
+if TYPE_CHECKING:
+    from .driver import Trainer
 
 
 def train_online(ctx: RunContext) -> RunResult:
@@ -34,8 +39,8 @@ def train_online(ctx: RunContext) -> RunResult:
 
 def train_rollouts(
     ctx: RunContext,
-    cluster_cls: Callable[..., Any],
-    trainer_cls: Callable[..., Any],
+    cluster_cls: Callable[..., OnlineCluster],
+    trainer_cls: Callable[..., Trainer[Any]],
     optimizer_steps: Callable[[int], int],
 ) -> RunResult:
     """Models, prompts, reward sources and agent of the job, then `cluster_cls` (a

@@ -95,12 +95,12 @@ class ActorWorker(TrainedRank):
             loss, stats = policy_objective(
                 logp,
                 # Absent on-policy (see the driver): the forward's own log-probs, detached.
-                micro["old_logp"] if "old_logp" in micro else logp.detach(),
+                micro["old_logps"] if "old_logps" in micro else logp.detach(),
                 micro["advantages"],
                 micro["action_mask"],
                 settings,
                 kl_coef=kl_coef,
-                ref_logp=micro.get("ref_logp"),
+                ref_logp=micro.get("ref_logps"),
                 entropy=entropy,
             )
             if ptx_parts is None:

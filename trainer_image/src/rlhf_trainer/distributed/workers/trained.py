@@ -40,7 +40,7 @@ class TrainedRank(RankBase):
         seed = self.settings.job.training.seed
         return torch.Generator().manual_seed(seed * 1_000_003 + step * 1_009 + self.rank)
 
-    def _check_finite(
+    def check_finite(
         self,
         loss: Tensor,
         what: str,
@@ -100,7 +100,7 @@ class TrainedRank(RankBase):
                 index = order[start : start + t.micro_train_batch_size]
                 micro = self.to_device(trim_padding({k: v[index] for k, v in shard.items()}))
                 loss, stats = micro_loss(micro)
-                self._check_finite(loss, what, step)
+                self.check_finite(loss, what, step)
                 self.engine.backward(loss)
                 self.engine.step()
                 for key, value in stats.items():
