@@ -21,7 +21,7 @@ from torch import Tensor
 
 from rlhf_trainer.config import Device, JobConfig, RolloutEngine
 
-from .groups import ClusterError, Pending, PlacedGroup, RoleGroup, split_rows
+from .groups import ClusterError, Pending, PlacedGroup, RankCall, RoleGroup, split_rows
 from .plan import (
     ACTOR,
     CRITIC,
@@ -287,12 +287,12 @@ class TrainingCluster:
             )
             for i, d in enumerate(dirs.rewards)
         ]
-        builders = [g.call("build") for g in self._model_groups()]
+        builders = [g.call(lambda w: w.build.remote()) for g in self._model_groups()]
         self.num_params = {
             g.role: p.result()[0] for g, p in zip(self._model_groups(), builders, strict=True)
         }
         if self.engines is not None:
-            self.engines.call("ping").result()
+            self.engines.call(lambda w: w.ping.remote()).result()
         self.weight_sync: WeightSync | None = None
         if self.engines is not None:
             mode = weight_sync_mode(job.placement.colocate_all, on_gpu=self.on_gpu)
@@ -360,13 +360,13 @@ class TrainingCluster:
         """`sampling.n` responses per prompt, in prompt order."""
         extra: tuple[Any, ...]
         if self.job.rollout.engine is RolloutEngine.HF or self.engines is None:
-            workers, method, extra = self.actor.workers, "generate", (sampling, pad_id)
+            workers, extra = self.actor.workers, (sampling, pad_id)  # ActorWorker.generate
         else:
-            workers, method, extra = self.engines.workers, "generate", (sampling,)
+            workers, extra = self.engines.workers, (sampling,)  # VLLMEngine.generate
         parts = len(workers)
         bounds = [len(prompts) * i // parts for i in range(parts + 1)]
         refs = [
-            getattr(w, method).remote(
+            w.generate.remote(
                 prompts[bounds[i] : bounds[i + 1]], seeds[bounds[i] : bounds[i + 1]], *extra
             )
             for i, w in enumerate(workers)
@@ -375,16 +375,18 @@ class TrainingCluster:
 
     # --- experience -----------------------------------------------------------------------
     def actor_log_probs(self, batch: dict[str, Tensor]) -> Pending:
-        return self.actor.map_batch("log_probs", batch)
+        return self.actor.map_batch(_log_probs, batch)
 
     def reference_log_probs(self, batch: dict[str, Tensor]) -> Pending | None:
-        return self.reference.map_batch("log_probs", batch) if self.reference else None
+        return self.reference.map_batch(_log_probs, batch) if self.reference else None
 
     def critic_values(self, batch: dict[str, Tensor]) -> Pending | None:
-        return self.critic.map_batch("values", batch) if self.critic else None
+        return (
+            self.critic.map_batch(lambda w, s: w.values.remote(s), batch) if self.critic else None
+        )
 
     def reward_model_scores(self, batch: dict[str, Tensor]) -> list[Pending]:
-        return [g.map_batch("scores", batch) for g in self.rewards]
+        return [g.map_batch(lambda w, s: w.scores.remote(s), batch) for g in self.rewards]
 
     # --- update ---------------------------------------------------------------------------
     def train_actor(
@@ -418,11 +420,11 @@ class TrainingCluster:
     def sleep_engines(self) -> None:
         """Hybrid engine with `rollout.enableSleep`: free the engines' memory for training."""
         if self.engines is not None and self.job.rollout.enable_sleep:
-            self.engines.call("sleep").result()
+            self.engines.call(lambda w: w.sleep.remote()).result()
 
     def wake_engines(self) -> None:
         if self.engines is not None and self.job.rollout.enable_sleep:
-            self.engines.call("wake_up").result()
+            self.engines.call(lambda w: w.wake_up.remote()).result()
 
     def sync_weights(self) -> float:
         return self.weight_sync.sync() if self.weight_sync else 0.0
@@ -438,33 +440,38 @@ class TrainingCluster:
     def _trained(self) -> list[RoleGroup]:
         return [self.actor] + ([self.critic] if self.critic else [])
 
+    def _on_trained(self, remote: RankCall) -> Pending:
+        """`remote` on every rank of every trained role at once; result: all their results."""
+        return Pending([r for g in self._trained() for r in g.call(remote).refs])
+
     def save_checkpoint(self, directory: str) -> None:
-        Pending(
-            [r for g in self._trained() for r in g.call("save_checkpoint", directory).refs]
-        ).result()
+        self._on_trained(lambda w: w.save_checkpoint.remote(directory)).result()
 
     def load_checkpoint(self, directory: str) -> None:
-        Pending(
-            [r for g in self._trained() for r in g.call("load_checkpoint", directory).refs]
-        ).result()
+        self._on_trained(lambda w: w.load_checkpoint.remote(directory)).result()
 
     def export_hf(self, directory: str) -> dict[str, str]:
         out = {"actor": str(Path(directory) / "actor")}
-        pending = [self.actor.call("export_hf", out["actor"], self.dirs.actor)]
+        pending = [self.actor.call(lambda w: w.export_hf.remote(out["actor"], self.dirs.actor))]
         if self.critic is not None and self.dirs.critic:
             out["critic"] = str(Path(directory) / "critic")
-            pending.append(self.critic.call("export_hf", out["critic"], self.dirs.critic))
+            critic_dir = self.dirs.critic
+            pending.append(
+                self.critic.call(lambda w: w.export_hf.remote(out["critic"], critic_dir))
+            )
         for p in pending:
             p.result()
         return out
 
     def weights_finite(self) -> bool:
-        results = [v for g in self._trained() for v in g.call("params_finite").result()]
-        return all(results)
+        return all(self._on_trained(lambda w: w.params_finite.remote()).result())
 
     def optimizer_steps(self) -> tuple[int, ...]:
         """Optimizer steps taken so far by each trained role (actor, then critic)."""
-        return tuple(int(g.call_rank0("optimizer_steps").result()) for g in self._trained())
+        return tuple(
+            int(g.call_rank0(lambda w: w.optimizer_steps.remote()).result())
+            for g in self._trained()
+        )
 
     # --- teardown -------------------------------------------------------------------------
     def shutdown(self) -> None:
@@ -481,3 +488,8 @@ def shutdown_ray() -> None:
     if _STARTED and ray.is_initialized():
         ray.shutdown()
     _STARTED.clear()
+
+
+def _log_probs(worker: Any, shard: dict[str, Tensor]) -> Any:
+    """The actor's and the reference's `log_probs` on a shard (`RoleGroup.map_batch`)."""
+    return worker.log_probs.remote(shard)

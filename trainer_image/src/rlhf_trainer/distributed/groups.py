@@ -4,7 +4,8 @@ out over the ranks.
 `PlacedGroup` creates the placement groups `plan.GroupPlan` describes and says on which bundle
 each rank sits. `RoleGroup` hides Ray from the driver loop: calls return `Pending` handles whose
 `result()` blocks, so independent stages (e.g. actor and reference log-probs) run at the same
-time.
+time. A call names the worker method itself (`group.call(lambda w: w.build.remote())`), never
+by a string.
 """
 
 from __future__ import annotations
@@ -24,6 +25,10 @@ from .plan import GroupPlan, RoleShare
 PLACEMENT_TIMEOUT_S = 120.0
 # A rank's slot: the placement group and the bundle index it runs on.
 Slot = tuple[PlacementGroup, int]
+# One rank's remote call: its actor handle -> the object ref, e.g. `lambda w: w.ping.remote()`.
+RankCall = Callable[[Any], Any]
+# The same with the rank's shard of a batch: `lambda w, shard: w.log_probs.remote(shard)`.
+ShardCall = Callable[[Any, dict[str, Tensor]], Any]
 
 
 class ClusterError(RuntimeError):
@@ -141,25 +146,18 @@ class RoleGroup:
     def size(self) -> int:
         return len(self.workers)
 
-    def call(self, method: str, *args: Any, **kwargs: Any) -> Pending:
+    def call(self, remote: RankCall) -> Pending:
         """The same call on every rank; result: the list of the ranks' results."""
-        return Pending([getattr(w, method).remote(*args, **kwargs) for w in self.workers])
+        return Pending([remote(w) for w in self.workers])
 
-    def call_rank0(self, method: str, *args: Any, **kwargs: Any) -> Pending:
-        return Pending([getattr(self.workers[0], method).remote(*args, **kwargs)], lambda r: r[0])
+    def call_rank0(self, remote: RankCall) -> Pending:
+        return Pending([remote(self.workers[0])], lambda r: r[0])
 
-    def call_each(self, method: str, per_rank: Sequence[tuple[Any, ...]]) -> Pending:
-        return Pending(
-            [getattr(w, method).remote(*a) for w, a in zip(self.workers, per_rank, strict=True)]
-        )
-
-    def map_batch(self, method: str, batch: dict[str, Tensor], *extra: Any) -> Pending:
+    def map_batch(self, remote: ShardCall, batch: dict[str, Tensor]) -> Pending:
         """Split `batch` rows evenly over the ranks, call, and concatenate the `[b, ...]`
         results in row order (data-parallel inference)."""
         shards = split_rows(batch, self.size)
-        refs = [
-            getattr(w, method).remote(s, *extra) for w, s in zip(self.workers, shards, strict=True)
-        ]
+        refs = [remote(w, s) for w, s in zip(self.workers, shards, strict=True)]
         return Pending(refs, lambda parts: torch.cat(parts))
 
     def kill(self) -> None:

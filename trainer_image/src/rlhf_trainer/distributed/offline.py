@@ -26,7 +26,14 @@ from .groups import Pending, RoleGroup, split_rows
 from .plan import ACTOR, REFERENCE, TEACHER, plan_placement
 from .workers.base import WorkerSettings
 from .workers.offline import OfflineTrainRank
-from .workers.offline_frozen import OfflineReferenceRank, OfflineTeacherRank, frozen_over
+from .workers.offline_frozen import (
+    FrozenCall,
+    OfflineReferenceRank,
+    OfflineTeacherRank,
+    frozen_over,
+    sequence_logps_call,
+    token_logps_call,
+)
 from .workers.trained import mean_over_ranks
 
 
@@ -91,12 +98,12 @@ class OfflineCluster:
             return made
 
         self.trainer = group(ACTOR, OfflineTrainRank, model_dir)
-        # The one frozen group of this trainer (the layout places at most one), the method
+        # The one frozen group of this trainer (the layout places at most one), the call
         # giving its outputs, and the batch key they go to.
-        self.frozen: tuple[RoleGroup, str, str] | None = None
+        self.frozen: tuple[RoleGroup, FrozenCall, str] | None = None
         for role, cls, directory, method, key in (
-            (REFERENCE, OfflineReferenceRank, frozen.reference, "sequence_logps", "ref_logps"),
-            (TEACHER, OfflineTeacherRank, frozen.teacher, "token_logps", "teacher_logps"),
+            (REFERENCE, OfflineReferenceRank, frozen.reference, sequence_logps_call, "ref_logps"),
+            (TEACHER, OfflineTeacherRank, frozen.teacher, token_logps_call, "teacher_logps"),
         ):
             if directory is None:
                 continue
@@ -105,7 +112,7 @@ class OfflineCluster:
                     f"algorithm {job.algorithm.name.value} has no {role} role in its placement"
                 )
             self.frozen = (group(role, cls, directory), method, key)
-        builds = [g.call("build") for g in self.groups]
+        builds = [g.call(lambda w: w.build.remote()) for g in self.groups]
         self.num_params = {g.role: p.result()[0] for g, p in zip(self.groups, builds, strict=True)}
 
     def frozen_outputs(self, batch: dict[str, Tensor]) -> Pending | None:
@@ -131,16 +138,16 @@ class OfflineCluster:
         )
 
     def save_checkpoint(self, directory: str) -> None:
-        self.trainer.call("save_checkpoint", directory).result()
+        self.trainer.call(lambda w: w.save_checkpoint.remote(directory)).result()
 
     def load_checkpoint(self, directory: str) -> None:
-        self.trainer.call("load_checkpoint", directory).result()
+        self.trainer.call(lambda w: w.load_checkpoint.remote(directory)).result()
 
     def export_hf(self, directory: str, tokenizer_dir: str) -> None:
-        self.trainer.call("export_hf", directory, tokenizer_dir).result()
+        self.trainer.call(lambda w: w.export_hf.remote(directory, tokenizer_dir)).result()
 
     def weights_finite(self) -> bool:
-        return all(self.trainer.call("params_finite").result())
+        return all(self.trainer.call(lambda w: w.params_finite.remote()).result())
 
     def shutdown(self) -> None:
         # Best effort: a process may be gone already.

@@ -73,7 +73,8 @@ class WeightSync:
             for i, e in enumerate(self.engines.workers)
         ]
         ray.get(refs)
-        self.plan = self.actor.call("broadcast_plan", self.dtype).result()[0]
+        dtype = self.dtype
+        self.plan = self.actor.call(lambda w: w.broadcast_plan.remote(dtype)).result()[0]
 
     def sync(self) -> float:
         """Push the actor's current weights into every engine; returns the seconds it took."""

@@ -98,9 +98,15 @@ class OfflineTeacherRank(OfflineReferenceRank):
         )
 
 
-def frozen_over(group: RoleGroup, method: str, batch: dict[str, Tensor], size: int) -> Pending:
+# A frozen rank's passes over its shard: (actor handle, shard, micro steps) -> the object ref.
+FrozenCall = Callable[[Any, dict[str, Tensor], int], Any]
+
+
+def frozen_over(
+    group: RoleGroup, remote: FrozenCall, batch: dict[str, Tensor], size: int
+) -> Pending:
     """A frozen model's `[B, ...]` outputs for a batch, data-parallel over the ranks of
-    `group`, whose workers have `method(shard, micro_steps)`, in passes of at most `size`
+    `group`, each running `remote(worker, shard, micro_steps)`, in passes of at most `size`
     rows (ranks with no rows still join the passes, on a copy of row 0, result dropped)."""
     shards = split_rows(batch, group.size)
     rows = [next(iter(s.values())).shape[0] for s in shards]
@@ -108,13 +114,21 @@ def frozen_over(group: RoleGroup, method: str, batch: dict[str, Tensor], size: i
     sent = [
         s if n else {k: v[:1] for k, v in batch.items()} for s, n in zip(shards, rows, strict=True)
     ]
-    refs = [
-        getattr(w, method).remote(s, micro_steps) for w, s in zip(group.workers, sent, strict=True)
-    ]
+    refs = [remote(w, s, micro_steps) for w, s in zip(group.workers, sent, strict=True)]
     kept = [i for i, n in enumerate(rows) if n]
     return Pending(refs, lambda parts: torch.cat([parts[i] for i in kept]))
 
 
 def sequence_logps_over(group: RoleGroup, batch: dict[str, Tensor], size: int) -> Pending:
     """`[B, K]` sequence log-probs of a batch over the ranks of `group` (`frozen_over`)."""
-    return frozen_over(group, "sequence_logps", batch, size)
+    return frozen_over(group, sequence_logps_call, batch, size)
+
+
+def sequence_logps_call(worker: Any, shard: dict[str, Tensor], micro_steps: int) -> Any:
+    """`OfflineReferenceRank.sequence_logps` (or the iterative policy's) as a remote call."""
+    return worker.sequence_logps.remote(shard, micro_steps)
+
+
+def token_logps_call(worker: Any, shard: dict[str, Tensor], micro_steps: int) -> Any:
+    """`OfflineTeacherRank.token_logps` as a remote call."""
+    return worker.token_logps.remote(shard, micro_steps)
