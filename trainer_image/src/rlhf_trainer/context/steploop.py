@@ -2,10 +2,10 @@
 -> export; on failure, a checkpoint of the last finished step when that is safe.
 
 The online, iterative and offline drivers subclass `StepLoop` and plug in their stages:
-`train_step` (one step, as named stages), `save_state`/`load_state` (what a checkpoint keeps
-of the driver beside the ranks' files), `export`, and where they need them `begin`,
-`start_fresh`, `models_consistent` and `close`. Everything about when to checkpoint, resume,
-stop and give up lives here, once.
+`train_step` (one step, as named stages), `save_driver_state`/`load_driver_state` (what a
+checkpoint keeps of the driver beside the ranks' files), `export`, and where they need them
+`begin`, `start_fresh`, `models_consistent` and `close`. Everything about when to
+checkpoint, resume, stop and give up lives here, once.
 
 A failure leaves a final checkpoint only when the models are in one consistent state (the
 failure came outside an update, or before the update changed any weights: see
@@ -84,11 +84,13 @@ class StepLoop(Generic[C]):
         """One step from `state`; sets `self.state` once the step's update is done."""
         raise NotImplementedError
 
-    def save_state(self, directory: Path, state: TrainerState, *, after_failure: bool) -> None:
+    def save_driver_state(
+        self, directory: Path, state: TrainerState, *, after_failure: bool
+    ) -> None:
         """What a checkpoint keeps of the driver, beside the ranks' files."""
         raise NotImplementedError
 
-    def load_state(self, directory: Path) -> TrainerState:
+    def load_driver_state(self, directory: Path) -> TrainerState:
         """The driver's state from a checkpoint whose ranks' files are loaded already."""
         raise NotImplementedError
 
@@ -155,7 +157,7 @@ class StepLoop(Generic[C]):
     def checkpoint(self, state: TrainerState, *, after_failure: bool = False) -> Path:
         def write(directory: Path) -> None:
             self.cluster.save_checkpoint(str(directory))
-            self.save_state(directory, state, after_failure=after_failure)
+            self.save_driver_state(directory, state, after_failure=after_failure)
 
         path = self.checkpoints.save(state.step, write)
         self.saved_step = state.step
@@ -171,7 +173,7 @@ class StepLoop(Generic[C]):
             self.start_fresh()
             return
         self.cluster.load_checkpoint(str(latest.path))
-        self.state = self.load_state(latest.path)
+        self.state = self.load_driver_state(latest.path)
         self.saved_step = self.resumed_from = self.state.step
 
     def checkpoint_after_failure(self) -> None:

@@ -341,12 +341,14 @@ class Trainer(StepLoop[Cluster]):
         self.reporter.on_step(step, self.total_steps, metrics, timings, shown)
 
     # --- what a checkpoint keeps, resume, export -----------------------------------------
-    def save_state(self, directory: Path, state: TrainerState, *, after_failure: bool) -> None:
+    def save_driver_state(
+        self, directory: Path, state: TrainerState, *, after_failure: bool
+    ) -> None:
         save_state(state, directory)
         # After a failure the producer may be what failed: save what it finished.
         self.rollouts.save(directory, state, wait=not after_failure)
 
-    def load_state(self, directory: Path) -> TrainerState:
+    def load_driver_state(self, directory: Path) -> TrainerState:
         state = load_state(directory)
         self.kl = kl_controller(self.cfg.algorithm, state.kl_coef)
         # The engines still hold the initial weights: send them the restored ones.

@@ -155,11 +155,13 @@ class OfflineTrainer(StepLoop[OfflineCluster]):
         self.reporter.on_step(step, self.total_steps, shown, timings, batch.samples)
 
     # --- what a checkpoint keeps, resume, export -----------------------------------------
-    def save_state(self, directory: Path, state: TrainerState, *, after_failure: bool) -> None:
+    def save_driver_state(
+        self, directory: Path, state: TrainerState, *, after_failure: bool
+    ) -> None:
         save_trainer_state(directory, state)
         save_rng_state(directory)
 
-    def load_state(self, directory: Path) -> TrainerState:
+    def load_driver_state(self, directory: Path) -> TrainerState:
         state = load_trainer_state(directory)
         load_rng_state(directory)
         return state
