@@ -1,6 +1,6 @@
 """How many steps a job's data gives, and the data's size where the spec alone tells it.
 
-The trainer counts its steps from the rows it loaded (`runner.job.total_steps`); the rules
+The trainer counts its steps from the rows it loaded (`context.job.total_steps`); the rules
 count them before anything runs when every training source is a builtin data set, whose size
 is known, so a batch larger than the data is refused before any device is taken. Both say it
 in the same words (`too_little_data`).
