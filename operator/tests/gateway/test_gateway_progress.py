@@ -10,12 +10,14 @@ from datetime import UTC, datetime
 
 import openai
 import pytest
+import yaml
 
 from emulated.harness import Cluster, operator_running
 from emulator.harness import project_crds
 
 from .harness import Service, gateway_service
 from .test_gateway_files import SFT_ROWS
+from .test_gateway_graders import PYTHON_GRADER, ROWS
 from .test_gateway_jobs import upload
 
 
@@ -42,11 +44,21 @@ async def running(
 
 async def test_a_tenant_follows_its_job_to_a_fine_tuned_model(running: Service) -> None:
     client = running.client("team-a")
+    # RL on a grader the tenant wrote (the operator accepts it and runs it as GRPO).
     job = await client.fine_tuning.jobs.create(
-        model="tiny-llama-random", training_file=await upload(client, SFT_ROWS), suffix="letters"
+        model="tiny-llama-random",
+        training_file=await upload(client, ROWS),
+        suffix="letters",
+        method={"type": "reinforcement", "reinforcement": {"grader": PYTHON_GRADER}},  # type: ignore[typeddict-item]
     )
     cluster = Cluster(running.emulator, "team-a")
     await cluster.until(lambda: cluster.ray_jobs(job.id), "RayJob created")
+    # What the trainer will read: the tenant's grader as the reward, its rows as they are.
+    config = yaml.safe_load(
+        running.emulator.get("configmaps", f"{job.id}-config", "team-a")["data"]["job.yaml"]
+    )
+    assert config["models"]["graderReward"]["grader"]["source"] == PYTHON_GRADER["source"]
+    assert (config["algorithm"]["name"], config["data"]["format"]) == ("grpo", "openai")
     assert (await client.fine_tuning.jobs.retrieve(job.id)).status == "queued"
 
     cluster.kuberay(f"{job.id}-r0", jobDeploymentStatus="Running", jobStatus="RUNNING")
