@@ -71,8 +71,7 @@ async def _whole_life(c: Cluster) -> None:
         c.create(job)
         await c.until(lambda: c.ray_jobs("lp"), "RayJob")
         c.kuberay("lp-r0", jobDeploymentStatus="Initializing")
-        mark = k8s.requests.mark()
-        await c.until(lambda: k8s.requests.count("list", "pods", since=mark), "pods listed")
+        await c.until(lambda: k8s.requests.count("watch", "pods"), "pods watched")
         c.edit_spec("lp", {"placement": {"priorityClassName": "high"}})
         c.kuberay("lp-r0", jobDeploymentStatus="Running", jobStatus="RUNNING")
         await c.phase("lp", "Running")
@@ -153,6 +152,7 @@ async def test_the_chart_grants_exactly_what_the_operator_uses(
         ("ray.io", "rayjobs", "delete"),
         ("rlhf.dev", "rlhfjobs", "delete"),
         ("", "pods", "list"),
+        ("", "pods", "watch"),
         ("rlhf.dev", "rlhfjobs", "create"),
         ("rlhf.dev", "rlhfpipelines/status", "patch"),
     ):

@@ -113,7 +113,7 @@ def test_never_lists_secrets_nor_execs_nor_escalates(
         if "secrets" in resources:
             assert set(rule["verbs"]) <= {"get", "create"}, (owner, rule)
         if "pods" in resources:
-            assert (resources, rule["verbs"]) == ({"pods"}, ["list"]), (owner, rule)
+            assert (resources, rule["verbs"]) == ({"pods"}, ["list", "watch"]), (owner, rule)
         assert not {"bind", "escalate", "impersonate", "deletecollection"} & set(rule["verbs"]), (
             owner,
             rule,
@@ -289,8 +289,8 @@ def test_the_trainer_may_write_its_report_and_nothing_else() -> None:
 
 
 @pytest.mark.parametrize("install", INSTALLS)
-def test_operator_may_list_the_pods_of_a_starting_attempt(
+def test_operator_may_watch_the_jobs_pods(
     installs: dict[str, list[Manifest]], install: str
 ) -> None:
-    # rlhf_operator.controllers.reader lists them (by label) to say why they do not run.
-    assert ("", "pods", "list") in _granted(installs[install])
+    # handlers/jobs.py watches them (by label) to say why they do not run.
+    assert {("", "pods", "list"), ("", "pods", "watch")} <= _granted(installs[install])

@@ -70,12 +70,12 @@ modes can never drift apart. manifests/base/rbac.yaml mirrors it (deploy_tests c
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
-# While an attempt starts, its pods (KubeRay's, labelled with the job) are listed to say on
-# the job's status why they do not run (unschedulable, image pull, a missing Secret). Read only:
-# no get/watch, no exec, no logs.
+# The jobs' pods (KubeRay's, labelled with the job) are watched, by that label, to say on the
+# job's status why a starting attempt does not run (unschedulable, image pull, a missing
+# Secret): one watch for all jobs, not a list per job. Read only: no get, no exec, no logs.
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["list"]
+  verbs: ["list", "watch"]
 {{- end }}
 
 {{/* kopf's peering objects: each replica writes its keep-alive into their status. */}}

@@ -69,7 +69,8 @@ class OperatorSettings:
     # Ray version the trainer image ships; KubeRay uses it to pick features.
     ray_version: str = "2.60.0"
     # How long to wait before re-checking a job that waits for something (a referenced
-    # ConfigMap or PVC, the pods of a starting attempt).
+    # ConfigMap or PVC, a child in someone else's way). The pods of a starting attempt need
+    # no re-check: they are watched.
     dependency_retry_seconds: float = 30.0
     # After a failed request: the first retry waits api_retry_seconds, each further one twice
     # as long, up to retry_max_seconds; a success starts over.

@@ -9,7 +9,8 @@ same content (remembered in memory) are not sent again, RayJobs are read from th
 A child the API server refuses (a missing CRD, a quota, a webhook) is not asked for again
 before its backoff ends (doubling per failure, capped, reset by a success); the refusal is
 observed like anything else, so it shows on status and in an Event. The pods of a starting
-attempt are listed at most every `dependency_retry_seconds`, for what keeps them from running.
+attempt come from one watch of all the jobs' pods (a kopf index): a pod's change runs its job's
+pass, so a waiting job needs neither a timer nor a request.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any, cast
 
 import kopf
 
-from ..api.v1alpha1 import EventReason, EventType
+from ..api.v1alpha1 import EventReason, EventType, Phase
 from ..kube.apply import Applied, Outcome
 from ..kube.client import ApiError, KubeApi
 from ..reconcile.decide import Decision, decide, status_patch
@@ -74,10 +75,20 @@ class Controller:
         self._timers = Requeue(self._requeue)
 
     def bind(
-        self, jobs: Mapping[Any, Any], ray_jobs: Mapping[Any, Any], reports: Mapping[Any, Any]
+        self,
+        jobs: Mapping[Any, Any],
+        ray_jobs: Mapping[Any, Any],
+        reports: Mapping[Any, Any],
+        pods: Mapping[Any, Any],
     ) -> None:
         self.jobs, self.reader.ray_jobs, self.reader.reports = jobs, ray_jobs, reports
-        self.reader.jobs = jobs
+        self.reader.jobs, self.reader.pods = jobs, pods
+
+    def pods_matter(self, body: Mapping[str, Any]) -> bool:
+        """A pod event concerns the job's pass: not once it finished (its pods are gone or
+        going, and say nothing it does not already know)."""
+        phase = (body.get("status") or {}).get("phase")
+        return phase not in {p.value for p in Phase if p.is_finished}
 
     def job_bodies(self) -> Iterator[Mapping[str, Any]]:
         for store in list(self.jobs.values()):

@@ -1,28 +1,25 @@
 """Observing one job's world for a pass: its RayJobs and the trainer's report from the watch
-caches (kopf indexes), each taken only when this job provably owns it, and,
-only while they matter and at most every `dependency_retry_seconds`, the objects its spec
-references (before the attempt's RayJob exists) and the pods of a starting attempt (for what
-keeps them from running). What the API server refused comes from the `Applier`.
+caches (kopf indexes), each taken only when this job provably owns it; the pods of a starting
+attempt (for what keeps them from running) from the pod watch's index; and, only while they
+matter and at most every `dependency_retry_seconds`, the objects its spec references (before
+the attempt's RayJob exists). What the API server refused comes from the `Applier`.
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from ..api.v1alpha1 import JobInput, TrainerReport
-from ..builders.common import ATTEMPT_LABEL, JOB_LABEL, report_name
+from ..builders.common import report_name
 from ..builders.volumes import referenced_objects
-from ..kube.client import ApiError, KubeApi
+from ..kube.client import KubeApi
 from ..reconcile.inputs import Producer, named_jobs, pinned_inputs, with_inputs
 from ..reconcile.observed import ApplyFailure, Observed, PodObservation, parse_report
 from ..reconcile.parse import Parsed
 from ..settings import OperatorSettings
-
-logger = logging.getLogger(__name__)
 
 Key = tuple[str, str]  # (namespace, job name)
 JSON = dict[str, Any]
@@ -36,13 +33,6 @@ class Blockers:
     missing: tuple[str, ...] = ()
     conflicts: tuple[str, ...] = ()
     checked_at: float = 0.0
-
-
-@dataclass(frozen=True)
-class PodCheck:
-    attempt: int
-    checked_at: float
-    pods: tuple[PodObservation, ...]
 
 
 def job_key(body: Mapping[str, Any]) -> Key:
@@ -92,9 +82,9 @@ class Reader:
         self.ray_jobs: Mapping[Any, Any] = {}  # kopf index: (ns, job) -> [RayJob bodies]
         self.reports: Mapping[Any, Any] = {}  # kopf index: (ns, job) -> [report ConfigMaps]
         self.jobs: Mapping[Any, Any] = {}  # kopf index: (ns, name) -> [RLHFJob bodies]
+        # kopf index: (ns, job) -> [(attempt label, PodObservation)], one per pod
+        self.pods: Mapping[Any, Any] = {}
         self._blockers: dict[Key, Blockers] = {}
-        self._pods: dict[Key, PodCheck] = {}
-        self._pods_forbidden = False  # said once in the log, not every interval
 
     async def observe(
         self, key: Key, parsed: Parsed, refused: tuple[ApplyFailure, ...] = ()
@@ -112,7 +102,7 @@ class Reader:
             missing_dependencies=blockers.missing,
             conflicts=blockers.conflicts,
             apply_failures=refused,
-            pods=await self._pods_for(key, body, observed),
+            pods=self._pods_for(key, body, observed),
         )
 
     def _producers(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Producer | None]:
@@ -169,41 +159,21 @@ class Reader:
         self._blockers[key] = Blockers(generation, missing, conflicts, time.monotonic())
         return self._blockers[key]
 
-    async def _pods_for(
+    def _pods_for(
         self, key: Key, body: Mapping[str, Any], observed: Observed
     ) -> tuple[PodObservation, ...]:
-        """The pods of the current attempt while it starts: first listed once it has started
-        for dependency_retry_seconds, then at most that often; none otherwise (a running
-        attempt's pods are KubeRay's business)."""
+        """The pods of the current attempt while it starts, as the pod watch has them; none
+        otherwise (a running attempt's pods are KubeRay's business)."""
         attempt = _attempt(body, observed)
         current = observed.attempt(attempt)
         if current is None or not current.starting:
-            self._pods.pop(key, None)
             return ()
-        known = self._pods.get(key)
-        interval = self.settings.dependency_retry_seconds
-        if known is None or known.attempt != attempt:
-            # KubeRay has barely begun: most attempts run before the first look is due, and
-            # cost no request at all.
-            self._pods[key] = PodCheck(attempt, time.monotonic(), ())
-            return ()
-        if time.monotonic() - known.checked_at < interval:
-            return known.pods
-        selector = f"{JOB_LABEL}={key[1]},{ATTEMPT_LABEL}={attempt}"
-        try:
-            items = await self.api.list("v1", "Pod", key[0], label_selector=selector)
-        except ApiError as err:
-            if err.status != 403:
-                raise
-            # An install whose RBAC predates pod reads: status says less, nothing breaks.
-            if not self._pods_forbidden:
-                logger.warning("cannot list pods (RBAC), so status cannot say why: %s", err)
-                self._pods_forbidden = True
-            items = []
-        pods = tuple(PodObservation.from_object(item) for item in items)
-        self._pods[key] = PodCheck(attempt, time.monotonic(), pods)
-        return pods
+        return tuple(
+            sorted(
+                (pod for label, pod in list(self.pods.get(key) or ()) if label == str(attempt)),
+                key=lambda pod: pod.name,
+            )
+        )
 
     def forget(self, key: Key) -> None:
         self._blockers.pop(key, None)
-        self._pods.pop(key, None)

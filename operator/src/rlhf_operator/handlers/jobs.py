@@ -1,12 +1,13 @@
 """kopf handlers: thin adapters from kopf's triggers to `Controller.reconcile`.
 
 Level-based: whatever happened (an RLHFJob created, edited, resumed after an operator restart,
-any change to it, to one of its RayJobs or to its trainer's report), the same pass runs for
-that job. Three kopf indexes are the watch caches: RLHFJobs by (namespace, name), RayJobs and
-report ConfigMaps by (namespace, rlhf.dev/job); kopf fills them before any handler runs, so a
-restarted operator sees every child it made before it decides anything. The API server
-filters the RayJob and ConfigMap watches by label (handlers/kopf_settings.py): the operator never
-receives the namespace's other ConfigMaps.
+any change to it, to one of its RayJobs, to its trainer's report or to one of its pods), the
+same pass runs for that job. Four kopf indexes are the watch caches: RLHFJobs by (namespace,
+name), RayJobs, report ConfigMaps and pods by (namespace, rlhf.dev/job); kopf fills them before
+any handler runs, so a restarted operator sees every child it made before it decides anything.
+The API server filters the RayJob, ConfigMap and pod watches by label
+(handlers/kopf_settings.py): the operator never receives the namespace's other objects. Pods
+are indexed as what the start-up diagnosis reads of them (attempt, phase, troubles), not whole.
 """
 
 from __future__ import annotations
@@ -18,13 +19,14 @@ from typing import Any
 import kopf
 
 from ..api.v1alpha1 import GROUP, PLURAL, VERSION
-from ..builders.common import COMPONENT_LABEL, JOB_LABEL
+from ..builders.common import ATTEMPT_LABEL, COMPONENT_LABEL, JOB_LABEL
 from ..builders.report import REPORT_COMPONENT
 from ..controllers.jobs import Controller
 from ..controllers.reader import job_key
 from ..kube.client import login as connection_info
 from ..reconcile.decide import Decision
 from ..reconcile.inputs import named_jobs
+from ..reconcile.observed import PodObservation
 from ..settings import OperatorSettings
 from .kopf_settings import configure_kopf
 
@@ -33,8 +35,10 @@ logger = logging.getLogger(__name__)
 JOBS_INDEX = "rlhfjob_index"
 RAY_JOBS_INDEX = "rayjob_index"
 REPORTS_INDEX = "report_index"
+PODS_INDEX = "pod_index"
 # (namespace, job name) -> the jobs of the namespace that take a model from it (fromJob).
 CONSUMERS_INDEX = "consumer_index"
+POD_LABELS: Mapping[str, Any] = {JOB_LABEL: kopf.PRESENT}
 # kopf's filter types are private: its PRESENT marker beside a plain value.
 REPORT_LABELS: Mapping[str, Any] = {
     JOB_LABEL: kopf.PRESENT,
@@ -48,7 +52,9 @@ def register(
     @kopf.on.startup(registry=registry)
     def startup(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
         configure_kopf(settings, controller.settings)
-        controller.bind(kwargs[JOBS_INDEX], kwargs[RAY_JOBS_INDEX], kwargs[REPORTS_INDEX])
+        controller.bind(
+            kwargs[JOBS_INDEX], kwargs[RAY_JOBS_INDEX], kwargs[REPORTS_INDEX], kwargs[PODS_INDEX]
+        )
         controller.consumers = kwargs[CONSUMERS_INDEX]
 
     @kopf.on.cleanup(registry=registry)
@@ -88,6 +94,11 @@ def register(
     ) -> dict[Any, Any]:
         return {(namespace, labels[JOB_LABEL]): dict(body)}
 
+    @kopf.index("", "v1", "pods", id=PODS_INDEX, labels=POD_LABELS, registry=registry)
+    def index_pod(namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any) -> Any:
+        observation = PodObservation.from_object(body)
+        return {(namespace, labels[JOB_LABEL]): (str(labels.get(ATTEMPT_LABEL, "")), observation)}
+
     @kopf.on.resume(GROUP, VERSION, PLURAL, registry=registry)
     async def resumed(body: kopf.Body, **_: Any) -> None:
         await _changed(controller, body, "resume")
@@ -125,6 +136,14 @@ def register(
         owner = controller.job_body(key)
         if owner is not None:
             await _quietly(controller, owner, "rayjob-event")
+
+    @kopf.on.event("", "v1", "pods", labels=POD_LABELS, registry=registry)
+    async def pod_event(namespace: str | None, labels: kopf.Labels, **_: Any) -> None:
+        # A pod of the job came, changed or went: the start-up diagnosis reads the index (a
+        # pass makes no request unless what it decides changed).
+        owner = controller.job_body((namespace or "", labels[JOB_LABEL]))
+        if owner is not None and controller.pods_matter(owner):
+            await _quietly(controller, owner, "pod-event")
 
     @kopf.on.event("", "v1", "configmaps", labels=REPORT_LABELS, registry=registry)
     async def report_event(

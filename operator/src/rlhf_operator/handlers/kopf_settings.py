@@ -10,7 +10,7 @@ import random
 
 import kopf
 
-from ..builders.common import COMPONENT_LABEL, MANAGED_BY_LABEL
+from ..builders.common import COMPONENT_LABEL, JOB_LABEL, MANAGED_BY_LABEL
 from ..builders.report import REPORT_COMPONENT
 from ..settings import ANNOTATION_PREFIX, FINALIZER, OPERATOR_NAME, OperatorSettings
 
@@ -36,12 +36,13 @@ def configure_kopf(kopf_settings: kopf.OperatorSettings, settings: OperatorSetti
     watching.server_timeout = settings.watch_server_timeout
     watching.client_timeout = settings.watch_client_timeout
     watching.connect_timeout = settings.watch_connect_timeout
-    # Only our RayJobs and report ConfigMaps are watched: the API server filters, not the
-    # operator (which thus never receives the namespace's other ConfigMaps).
+    # Only our RayJobs, report ConfigMaps and the jobs' pods are watched: the API server
+    # filters, not the operator (which thus never receives the namespace's other objects).
     watching.label_selectors["ray.io", "rayjobs"] = f"{MANAGED_BY_LABEL}={OPERATOR_NAME}"
     watching.label_selectors["v1", "configmaps"] = (
         f"{MANAGED_BY_LABEL}={OPERATOR_NAME},{COMPONENT_LABEL}={REPORT_COMPONENT}"
     )
+    watching.label_selectors["v1", "pods"] = JOB_LABEL  # KubeRay copies our template's labels
 
     peering = kopf_settings.peering
     peering.standalone = settings.peering is None

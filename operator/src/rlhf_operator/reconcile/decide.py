@@ -124,9 +124,6 @@ def decide(
     waits = [_deadline_wait(valid, status, now)]
     if evaluation.wake_at is not None:
         waits.append(max(0.0, (evaluation.wake_at - now).total_seconds()))
-    if status.phase is Phase.PROVISIONING:
-        # Look at the starting pods again: their troubles go on status as they change.
-        waits.append(settings.dependency_retry_seconds)
     return Decision(
         status=status,
         apply=tuple(apply),
