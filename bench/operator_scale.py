@@ -1,28 +1,42 @@
 """Operator at scale: N RLHFJobs against the Kubernetes API emulator; one JSON line.
 
-    .venv/bin/python bench/operator_scale.py [--jobs 500] [--idle-seconds 5]
+    .venv/bin/python bench/operator_scale.py [--jobs 500] [--idle-seconds 30]
+        [--waiting | --finished]
 
 The emulator runs in this process; the operator runs as `rlhf-operator run` in its own process,
-so its RSS is its own. Reported:
-- converge_s: from the first create until every job has its RayJob and its status
-  (status.allocation written); settled_s: until the operator's last request (kopf's own
-  bookkeeping, events) before it went quiet;
+so its RSS and CPU time are its own. The bench plays KubeRay: each RayJob, once created, is
+- running (default): jobDeploymentStatus Running, the job's phase Running;
+- `--waiting`: Initializing with a Pending head pod (labelled as KubeRay labels it), for the
+  whole idle window: the jobs stay Provisioning, as when a cluster waits for nodes;
+- `--finished`: Complete/SUCCEEDED, the jobs Succeeded.
+Reported:
+- converge_s: from the first create until every job has its RayJob and the phase its mode
+  leads to; settled_s: until the operator's last request (kopf's own bookkeeping, events)
+  before it went quiet;
 - create_to_rayjob_p50_s / _p95_s: per job, from its create to its RayJob's creation;
 - operator_rss_mb (after converging) and operator_peak_rss_mb (VmHWM);
 - api_requests_per_job: every request the operator process made (kopf's and ours) until
   it settled, divided by N; `requests` breaks them down by verb and resource;
 - idle_requests: requests during `--idle-seconds` after it settled (the goal is 0: an idle job
-  costs nothing beyond the open watches).
-Goals (issue 5): converge <= 60 s, RSS <= 200 MB, no requests for idle jobs.
+  costs nothing beyond the open watches);
+- operator_cpu_s / operator_cpu_ms_per_job: the operator process's own CPU time (user + system,
+  from /proc) from its start until it settled, not disturbed by the emulator sharing the
+  cores; idle_cpu_s: its CPU time during the idle window.
+A wait that times out still prints the figures measured so far (with `timed_out` saying
+which wait) and exits 1. The operator is stopped however the bench ends: on an exception, on
+SIGTERM/SIGINT, and (PR_SET_PDEATHSIG) even when the bench is killed outright.
+Goals (issue 24): 5,000 jobs converge <= 60 s, <= 12 requests per job, 0 idle requests.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
 import json
 import os
 import pathlib
+import signal
 import statistics
 import subprocess
 import sys
@@ -38,6 +52,15 @@ from emulator.selectors import field_matcher, label_matcher  # noqa: E402
 
 RLHFJOBS = "rlhfjobs.rlhf.dev"
 RAYJOBS = "rayjobs.ray.io"
+MODES = {  # mode -> (the RayJob status KubeRay would write, the job phase it leads to)
+    "running": ({"jobDeploymentStatus": "Running", "jobStatus": "RUNNING"}, "Running"),
+    "waiting": ({"jobDeploymentStatus": "Initializing"}, "Provisioning"),
+    "finished": (
+        {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED", "endTime": "<now>"},
+        "Succeeded",
+    ),
+}
+PR_SET_PDEATHSIG = 1
 
 
 def job_manifest(name: str) -> dict[str, Any]:
@@ -71,12 +94,35 @@ def rss_mb(pid: int) -> tuple[float, float]:
     return fields["VmRSS"], fields["VmHWM"]
 
 
-class Timeline:
-    """First sight of each job's RayJob and of its status, from in-process watchers (they are
-    not API requests, so they do not disturb the counts)."""
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far, from /proc."""
+    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
-    def __init__(self, k8s: Emulator) -> None:
-        self.k8s = k8s
+
+def die_with_parent() -> None:
+    """In the operator's process, before exec: SIGTERM when the bench dies, however it dies."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def pending_pod(job: str) -> dict[str, Any]:
+    """The head pod KubeRay would make from our template, waiting for a node."""
+    return {
+        "metadata": {
+            "name": f"{job}-r0-head",
+            "labels": {"rlhf.dev/job": job, "rlhf.dev/attempt": "0"},
+        },
+        "spec": {"containers": [{"name": "ray-head", "image": "rlhf-trainer:bench"}]},
+    }
+
+
+class Timeline:
+    """First sight of each job's RayJob and of the phase its mode leads to, from in-process
+    watchers (they are not API requests, so they do not disturb the counts). Plays KubeRay:
+    each new RayJob gets its mode's status (and, waiting, a Pending head pod)."""
+
+    def __init__(self, k8s: Emulator, mode: str) -> None:
+        self.k8s, self.mode = k8s, mode
         self.ray_job_at: dict[str, float] = {}
         self.status_at: dict[str, float] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -95,13 +141,24 @@ class Timeline:
                 sink(json.loads(line)["object"])
 
     def _ray_job(self, obj: dict[str, Any]) -> None:
-        job = obj["metadata"].get("labels", {}).get("rlhf.dev/job")
-        if job and job not in self.ray_job_at:
-            self.ray_job_at[job] = time.monotonic()
+        meta = obj["metadata"]
+        job = meta.get("labels", {}).get("rlhf.dev/job")
+        if not job or job in self.ray_job_at:
+            return
+        self.ray_job_at[job] = time.monotonic()
+        status = dict(MODES[self.mode][0])
+        if "endTime" in status:
+            status["endTime"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        namespace = meta["namespace"]
+        if self.mode == "waiting":
+            self.k8s.create("pods", pending_pod(job), namespace)
+            self.k8s.patch_status("pods", f"{job}-r0-head", {"phase": "Pending"}, namespace)
+        self.k8s.patch_status(RAYJOBS, meta["name"], status, namespace)
 
     def _job(self, obj: dict[str, Any]) -> None:
         name = obj["metadata"]["name"]
-        if name not in self.status_at and (obj.get("status") or {}).get("allocation"):
+        phase = (obj.get("status") or {}).get("phase")
+        if name not in self.status_at and phase == MODES[self.mode][1]:
             self.status_at[name] = time.monotonic()
 
     def stop(self) -> None:
@@ -128,7 +185,8 @@ async def quiet_since(k8s: Emulator, timeout: float, quiet: float = 1.0) -> floa
     raise TimeoutError("the operator never went quiet")
 
 
-async def bench(jobs: int, idle_seconds: float, timeout: float) -> dict[str, Any]:
+async def bench(jobs: int, mode: str, idle_seconds: float, timeout: float) -> dict[str, Any]:
+    figures: dict[str, Any] = {"bench": "operator_scale", "jobs": jobs, "mode": mode}
     with tempfile.TemporaryDirectory() as tmp:
         kubeconfig = pathlib.Path(tmp) / "kubeconfig"
         async with run_emulator(crds=project_crds(), kubeconfig=kubeconfig) as k8s:
@@ -142,85 +200,132 @@ async def bench(jobs: int, idle_seconds: float, timeout: float) -> dict[str, Any
             }
             command = [sys.executable, "-c", "from rlhf_operator.cli import main; main(['run'])"]
             log = open(pathlib.Path(tmp) / "operator.log", "wb")  # noqa: SIM115
-            operator = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+            operator = subprocess.Popen(
+                command,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=die_with_parent,  # only a prctl, before exec
+            )
+            timeline = Timeline(k8s, mode)
             try:
-                # Started: kopf lists and watches RLHFJobs and RayJobs.
-                await wait_until(
-                    lambda: (
-                        k8s.requests.count("watch", RLHFJOBS) > 0
-                        and k8s.requests.count("watch", RAYJOBS) > 0
-                    ),
-                    60,
-                    "operator watching",
-                )
-                rss_idle_start, _ = rss_mb(operator.pid)
-                timeline = Timeline(k8s)
-                timeline.start()
-                mark = k8s.requests.mark()
-                created_at: dict[str, float] = {}
-                t0 = time.monotonic()
-                for i in range(jobs):
-                    name = f"ppo-{i:04d}"
-                    k8s.create(RLHFJOBS, job_manifest(name), "default")
-                    created_at[name] = time.monotonic()
-                    if i % 25 == 24:
-                        await asyncio.sleep(0)  # let the server answer meanwhile
-                create_s = time.monotonic() - t0
-                await wait_until(
-                    lambda: len(timeline.ray_job_at) == jobs and len(timeline.status_at) == jobs,
-                    timeout,
-                    f"{jobs} jobs converged",
-                )
-                converged = max(max(timeline.ray_job_at.values()), max(timeline.status_at.values()))
-                # Settled: kopf's own bookkeeping (diff-base annotations) and the events lag
-                # behind; wait until no request has come for a second.
-                settled = await quiet_since(k8s, timeout)
-                busy_counts = k8s.requests.counts(since=mark)
-                idle_mark = k8s.requests.mark()
-                await asyncio.sleep(idle_seconds)
-                idle = k8s.requests.counts(since=idle_mark)
-                rss, peak = rss_mb(operator.pid)
-                timeline.stop()
+                await measure(k8s, operator.pid, timeline, jobs, idle_seconds, timeout, figures)
+            except TimeoutError as err:
+                figures["timed_out"] = str(err)
             finally:
+                timeline.stop()
                 operator.terminate()
                 try:
                     operator.wait(timeout=20)
                 except subprocess.TimeoutExpired:
                     operator.kill()
                 log.close()
-            latencies = sorted(timeline.ray_job_at[n] - created_at[n] for n in created_at)
-            rayjobs = len(k8s.list(RAYJOBS, "default"))
-    total = sum(busy_counts.values())
-    return {
-        "bench": "operator_scale",
-        "jobs": jobs,
-        "converge_s": round(converged - t0, 2),
-        "settled_s": round(settled - t0, 2),
-        "create_loop_s": round(create_s, 2),
-        "create_to_rayjob_p50_s": round(statistics.median(latencies), 3),
-        "create_to_rayjob_p95_s": round(latencies[int(0.95 * (len(latencies) - 1))], 3),
-        "create_to_rayjob_max_s": round(latencies[-1], 3),
-        "operator_rss_mb": round(rss, 1),
-        "operator_peak_rss_mb": round(peak, 1),
-        "operator_rss_before_jobs_mb": round(rss_idle_start, 1),
-        "api_requests_per_job": round(total / jobs, 2),
-        "requests": {f"{v} {r}": n for (v, r), n in sorted(busy_counts.items())},
-        "idle_seconds": idle_seconds,
-        "idle_requests": sum(idle.values()),
-        "idle_breakdown": {f"{v} {r}": n for (v, r), n in sorted(idle.items())},
-        "rayjobs": rayjobs,
-        "cpus": os.cpu_count(),
-    }
+            figures["rayjobs"] = len(k8s.list(RAYJOBS, "default"))
+    figures["cpus"] = os.cpu_count()
+    return figures
+
+
+async def measure(
+    k8s: Emulator,
+    pid: int,
+    timeline: Timeline,
+    jobs: int,
+    idle_seconds: float,
+    timeout: float,
+    figures: dict[str, Any],
+) -> None:
+    """Fill `figures` as the run goes, so that a wait that times out leaves what it had."""
+    # Started: kopf lists and watches RLHFJobs and RayJobs.
+    await wait_until(
+        lambda: (
+            k8s.requests.count("watch", RLHFJOBS) > 0 and k8s.requests.count("watch", RAYJOBS) > 0
+        ),
+        60,
+        "operator watching",
+    )
+    figures["operator_rss_before_jobs_mb"] = round(rss_mb(pid)[0], 1)
+    cpu_start = cpu_s(pid)
+    timeline.start()
+    mark = k8s.requests.mark()
+    created_at: dict[str, float] = {}
+
+    def so_far(settled: float | None = None) -> None:
+        busy = k8s.requests.counts(since=mark)
+        latencies = sorted(timeline.ray_job_at[n] - created_at[n] for n in timeline.ray_job_at)
+        rss, peak = rss_mb(pid)
+        cpu = cpu_s(pid) - cpu_start
+        figures.update(
+            {
+                "converged_jobs": len(timeline.status_at),
+                "rayjobs_seen": len(latencies),
+                "operator_rss_mb": round(rss, 1),
+                "operator_peak_rss_mb": round(peak, 1),
+                "operator_cpu_s": round(cpu, 2),
+                "operator_cpu_ms_per_job": round(1000 * cpu / jobs, 2),
+                "api_requests_per_job": round(sum(busy.values()) / jobs, 2),
+                "requests": {f"{v} {r}": n for (v, r), n in sorted(busy.items())},
+            }
+        )
+        if latencies:
+            figures["create_to_rayjob_p50_s"] = round(statistics.median(latencies), 3)
+            p95 = latencies[int(0.95 * (len(latencies) - 1))]
+            figures["create_to_rayjob_p95_s"] = round(p95, 3)
+            figures["create_to_rayjob_max_s"] = round(latencies[-1], 3)
+        if settled is not None:
+            figures["settled_s"] = round(settled - t0, 2)
+
+    t0 = time.monotonic()
+    try:
+        for i in range(jobs):
+            name = f"ppo-{i:04d}"
+            k8s.create(RLHFJOBS, job_manifest(name), "default")
+            created_at[name] = time.monotonic()
+            if i % 25 == 24:
+                await asyncio.sleep(0)  # let the server answer meanwhile
+        figures["create_loop_s"] = round(time.monotonic() - t0, 2)
+        await wait_until(
+            lambda: len(timeline.ray_job_at) == jobs and len(timeline.status_at) == jobs,
+            timeout,
+            f"{jobs} jobs converged",
+        )
+        converged = max(max(timeline.ray_job_at.values()), max(timeline.status_at.values()))
+        figures["converge_s"] = round(converged - t0, 2)
+        # Settled: kopf's own bookkeeping (diff-base annotations) and the events lag behind;
+        # wait until no request has come for a second.
+        settled = await quiet_since(k8s, timeout)
+        so_far(settled)
+    except TimeoutError:
+        so_far()
+        raise
+    idle_mark, idle_cpu = k8s.requests.mark(), cpu_s(pid)
+    await asyncio.sleep(idle_seconds)
+    idle = k8s.requests.counts(since=idle_mark)
+    figures["idle_seconds"] = idle_seconds
+    figures["idle_requests"] = sum(idle.values())
+    figures["idle_breakdown"] = {f"{v} {r}": n for (v, r), n in sorted(idle.items())}
+    figures["idle_cpu_s"] = round(cpu_s(pid) - idle_cpu, 2)
+    figures["operator_rss_mb"] = round(rss_mb(pid)[0], 1)
+
+
+def _stop(signum: int, _: Any) -> None:
+    """SIGTERM (a `timeout`, a CI runner) ends the bench like ^C: the operator is stopped."""
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=500)
-    parser.add_argument("--idle-seconds", type=float, default=5.0)
+    parser.add_argument("--idle-seconds", type=float, default=30.0)
     parser.add_argument("--timeout", type=float, default=300.0)
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--waiting", action="store_const", dest="mode", const="waiting")
+    which.add_argument("--finished", action="store_const", dest="mode", const="finished")
     args = parser.parse_args()
-    result = asyncio.run(bench(args.jobs, args.idle_seconds, args.timeout))
-    print(json.dumps(result))
+    signal.signal(signal.SIGTERM, _stop)
+    result = asyncio.run(bench(args.jobs, args.mode or "running", args.idle_seconds, args.timeout))
+    print(json.dumps(result), flush=True)
+    if "timed_out" in result:
+        sys.exit(1)
 
 
 if __name__ == "__main__":
