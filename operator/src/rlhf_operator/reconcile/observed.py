@@ -282,7 +282,7 @@ class Observed:
     conflicts: tuple[str, ...] = ()
     # Children the API server refused on the last try (retried with backoff).
     apply_failures: tuple[ApplyFailure, ...] = ()
-    # The pods of the current attempt while it starts (listed at most every few seconds).
+    # The pods of the current attempt while it starts (from the pod watch).
     pods: tuple[PodObservation, ...] = ()
     # The trainer's report (its ConfigMap, validated); None while there is none.
     report: TrainerReport | None = None
