@@ -22,9 +22,11 @@ Reported:
 - operator_cpu_s / operator_cpu_ms_per_job: the operator process's own CPU time (user + system,
   from /proc) from its start until it settled, not disturbed by the emulator sharing the
   cores; idle_cpu_s: its CPU time during the idle window.
-A wait that times out still prints the figures measured so far (with `timed_out` saying
-which wait) and exits 1. The operator is stopped however the bench ends: on an exception, on
-SIGTERM/SIGINT, and (PR_SET_PDEATHSIG) even when the bench is killed outright.
+`--profile FILE` runs the operator under cProfile (its figures then include the profiler's
+cost; read it with `python -m pstats FILE`). A wait that times out still prints the figures
+measured so far (with `timed_out` saying which wait) and exits 1. The operator is stopped
+however the bench ends: on an exception, on SIGTERM/SIGINT, and (PR_SET_PDEATHSIG) even when
+the bench is killed outright.
 Goals (issue 24): 5,000 jobs converge <= 60 s, <= 12 requests per job, 0 idle requests.
 """
 
@@ -185,7 +187,9 @@ async def quiet_since(k8s: Emulator, timeout: float, quiet: float = 1.0) -> floa
     raise TimeoutError("the operator never went quiet")
 
 
-async def bench(jobs: int, mode: str, idle_seconds: float, timeout: float) -> dict[str, Any]:
+async def bench(
+    jobs: int, mode: str, idle_seconds: float, timeout: float, profile: pathlib.Path | None = None
+) -> dict[str, Any]:
     figures: dict[str, Any] = {"bench": "operator_scale", "jobs": jobs, "mode": mode}
     with tempfile.TemporaryDirectory() as tmp:
         kubeconfig = pathlib.Path(tmp) / "kubeconfig"
@@ -198,7 +202,12 @@ async def bench(jobs: int, mode: str, idle_seconds: float, timeout: float) -> di
                 "RLHF_OPERATOR_HEALTH_PORT": "0",
                 "RLHF_OPERATOR_LOG_LEVEL": "WARNING",
             }
-            command = [sys.executable, "-c", "from rlhf_operator.cli import main; main(['run'])"]
+            code = "from rlhf_operator.cli import main; main(['run'])"
+            command = [sys.executable, "-c", code]
+            if profile is not None:  # cProfile writes it when the operator stops (SIGTERM)
+                script = pathlib.Path(tmp) / "operator_main.py"
+                script.write_text(code + "\n")
+                command[1:] = ["-m", "cProfile", "-o", str(profile), str(script)]
             log = open(pathlib.Path(tmp) / "operator.log", "wb")  # noqa: SIM115
             operator = subprocess.Popen(
                 command,
@@ -317,12 +326,16 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=500)
     parser.add_argument("--idle-seconds", type=float, default=30.0)
     parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument(
+        "--profile", type=pathlib.Path, help="write the operator's cProfile stats to this file"
+    )
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--waiting", action="store_const", dest="mode", const="waiting")
     which.add_argument("--finished", action="store_const", dest="mode", const="finished")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, _stop)
-    result = asyncio.run(bench(args.jobs, args.mode or "running", args.idle_seconds, args.timeout))
+    mode = args.mode or "running"
+    result = asyncio.run(bench(args.jobs, mode, args.idle_seconds, args.timeout, args.profile))
     print(json.dumps(result), flush=True)
     if "timed_out" in result:
         sys.exit(1)
