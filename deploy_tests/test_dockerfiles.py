@@ -209,6 +209,7 @@ def test_build_context_has_what_copy_needs(path: Path) -> None:
 SHELL_SCRIPTS = [
     REPO / "scripts" / "get-helm.sh",
     REPO / "scripts" / "sync-chart-crds.sh",
+    REPO / "scripts" / "build-images.sh",
     REPO / "e2e" / "kind-up.sh",
     REPO / "e2e" / "kind-down.sh",
     REPO / "e2e" / "local" / "up.sh",

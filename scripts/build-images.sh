@@ -88,7 +88,9 @@ start_daemon() {
 
 # --- The base image ---------------------------------------------------------------------------
 stand_in_base() {
-  local tarball="${cache}/base/${base//[:]/_}-stand-in-$(echo "${stand_in_packages}" | sha256sum | cut -c1-8).tar"
+  local recipe tarball
+  recipe="$(echo "${stand_in_packages}" | sha256sum | cut -c1-8)"
+  tarball="${cache}/base/${base//[:]/_}-stand-in-${recipe}.tar"
   if [[ ! -f "${tarball}" ]]; then
     command -v debootstrap >/dev/null || die "${base} cannot be pulled and debootstrap is not installed (Debian: apt-get install debootstrap)"
     local root="${cache}/base/root.partial"
@@ -234,6 +236,7 @@ check_non_root() {
 check_operator() {
   local image="rlhf-operator:${tag}"
   check_non_root "${image}"
+  # shellcheck disable=SC2016 # expanded by the image's shell
   in_image "${image}" sh -c '[ "$(id -u)" != 0 ] && rlhf-operator --help' >/dev/null \
     || die "${image}: 'rlhf-operator --help' failed as the image's user on a read-only root"
   log "checked ${image}: non-root ($(docker image inspect --format '{{.Config.User}}' "${image}")), 'rlhf-operator --help' on a read-only root"
