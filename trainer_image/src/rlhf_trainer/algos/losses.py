@@ -1,5 +1,7 @@
 """Training losses: PPO policy and value losses, entropy, SFT, reward model, DPO/IPO/cDPO, KTO.
 
+GSPO and CISPO live in `ratio_losses` (kept apart for length) and are re-exported here.
+
 Per-token losses come as `[B, T]` with an action mask and are reduced by `aggregate_loss`;
 preference losses work on `[B]` sequence log-probs (sums over the response tokens, see
 `sequence_logps`). Statistics are returned as detached tensors, never `.item()`-ed here.
@@ -23,6 +25,8 @@ from ._validation import (
     require_tensor,
 )
 from .masking import masked_count, masked_mean, masked_sum
+from .ratio_losses import cispo_policy_loss as cispo_policy_loss
+from .ratio_losses import gspo_policy_loss as gspo_policy_loss
 
 AGGREGATIONS: Final = (
     "token-mean",

@@ -6,23 +6,35 @@
 - `RunningMeanStd`: running reward normalisation (parallel moments of Chan et al. 1979).
 - `clip_rewards`: symmetric clipping of scores.
 - `overlong_penalty`: DAPO's soft overlong punishment (Yu et al. 2025).
+- `rollout_correction`: importance weights for the gap between the engine that sampled (vLLM)
+  and the trainer (TIS, MIS, IcePop), with the mismatch statistics.
 
-Rewards are targets: the functions here detach their inputs.
+Rewards and weights are targets: the functions here detach their inputs.
 """
 
 from __future__ import annotations
+
+from typing import Final
 
 import torch
 from torch import Tensor
 
 from ._validation import (
+    require_choice,
     require_float_tensor,
     require_mask,
     require_ndim,
     require_number_in,
+    require_same_shape,
     require_tensor,
 )
-from .masking import last_token_mask
+from .kl import kl_estimate
+from .masking import last_token_mask, masked_count, masked_mean, masked_sum
+
+ROLLOUT_CORRECTION_MODES: Final = ("tis", "mis", "icepop")
+ROLLOUT_CORRECTION_LEVELS: Final = ("token", "sequence")
+# Log-ratios beyond this are numerically meaningless and would overflow exp (as in losses.py).
+_MAX_LOG_RATIO: Final = 20.0
 
 
 def shape_token_rewards(score: Tensor, kl: Tensor, mask: Tensor, kl_coef: float) -> Tensor:
@@ -172,3 +184,87 @@ class RunningMeanStd:
         self.mean, self.var, self.count = (
             state[key].detach().double().clone() for key in ("mean", "var", "count")
         )
+
+
+def rollout_correction(
+    old_logp: Tensor,
+    rollout_logp: Tensor,
+    mask: Tensor,
+    mode: str = "tis",
+    level: str = "token",
+    upper: float = 2.0,
+    lower: float | None = None,
+) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
+    """Importance weights that correct for sampling with the engine instead of the trainer.
+
+    The engine (vLLM, in its own precision and kernels, possibly with older weights under async
+    or partial rollout) samples the tokens; the trainer's log-prob of the same token, `old_logp`,
+    differs from the engine's, `rollout_logp`. Per token `rho_t = exp(old_logp - rollout_logp)`;
+    at `level="sequence"` every token of a sequence gets the sequence ratio
+    `rho_i = exp(sum_t log rho_t)`. With `C = upper` and `lower` (default `1 / upper`, as verl):
+
+    - `"tis"`, truncated importance sampling (Yao et al. 2025, "Your efficient RL framework
+      secretly brings you off-policy RL training"): weight `min(rho, C)`; every token counts.
+    - `"mis"`, masked importance sampling (Liu et al. 2025, "When speed kills stability"):
+      weight `rho` where `lower <= rho <= C`, else 0: the token (or the whole sequence) is
+      dropped from the loss but still counts in the token-mean's denominator.
+    - `"icepop"` (Ling team 2025, Ring-1T): the same weight, token level only, and tokens
+      outside `[lower, C]` also leave the denominator (`keep_mask` is False there).
+
+    Multiply the per-token policy-gradient loss by `weights` and aggregate it over `keep_mask`.
+
+    Args:
+        old_logp, rollout_logp: `[B, T]` log-probs of the sampled tokens (trainer, engine).
+        mask: `[B, T]` response mask. upper: C > 0. lower: in [0, C); unused by `"tis"`.
+    Returns:
+        `(weights, keep_mask, stats)`: detached `[B, T]` weights (0 on padding), the bool
+        `[B, T]` mask to aggregate over, and detached scalar stats: `mismatch_kl` (k3 estimate
+        of KL(engine || trainer) per token), `rho_mean`, `rho_min`, `rho_max` (of the ratio at
+        the chosen level, before truncation, over real tokens), `masked_fraction` (real tokens
+        whose weight is 0) and `truncated_fraction` (real tokens whose weight was cut to C).
+    """
+    require_float_tensor("old_logp", old_logp)
+    require_ndim("old_logp", old_logp, 2, "[B, T]")
+    require_float_tensor("rollout_logp", rollout_logp)
+    require_same_shape("old_logp", old_logp, rollout_logp=rollout_logp)
+    real = require_mask("mask", mask, old_logp.shape)
+    real = real if real.dtype == torch.bool else real != 0
+    require_choice("mode", mode, ROLLOUT_CORRECTION_MODES)
+    require_choice("level", level, ROLLOUT_CORRECTION_LEVELS)
+    if mode == "icepop" and level != "token":
+        raise ValueError(f"mode 'icepop' masks single tokens; level must be 'token', got {level!r}")
+    require_number_in("upper", upper, low=0.0, low_open=True)
+    if lower is None:
+        lower = 1.0 / upper
+    require_number_in("lower", lower, low=0.0, high=upper, high_open=True)
+
+    old_logp, rollout_logp = old_logp.detach(), rollout_logp.detach()
+    # Select before exp: padding log-probs may be -inf or NaN.
+    log_rho = torch.where(real, old_logp - rollout_logp, 0.0)
+    if level == "sequence":
+        log_rho = masked_sum(log_rho, real, dim=-1, keepdim=True).expand_as(log_rho)
+    rho = torch.where(real, log_rho.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO).exp(), 0.0)
+
+    in_range = real & (rho >= lower) & (rho <= upper)
+    if mode == "tis":
+        weights = rho.clamp(max=upper)
+        keep_mask = real
+        truncated, dropped = real & (rho > upper), torch.zeros_like(real)
+    else:
+        weights = torch.where(in_range, rho, 0.0)
+        keep_mask = in_range if mode == "icepop" else real
+        truncated, dropped = torch.zeros_like(real), real & ~in_range
+
+    dtype = old_logp.dtype
+    count = masked_count(real)
+    stats = {
+        "mismatch_kl": masked_mean(
+            kl_estimate(rollout_logp, old_logp, "k3", clamp=_MAX_LOG_RATIO, mask=real), real
+        ),
+        "rho_mean": masked_mean(rho, real),
+        "rho_min": torch.where(count > 0, torch.where(real, rho, torch.inf).amin(), 0.0),
+        "rho_max": torch.where(count > 0, torch.where(real, rho, -torch.inf).amax(), 0.0),
+        "masked_fraction": masked_mean(dropped.to(dtype), real),
+        "truncated_fraction": masked_mean(truncated.to(dtype), real),
+    }
+    return weights, keep_mask, stats
