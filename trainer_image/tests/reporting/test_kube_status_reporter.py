@@ -278,3 +278,36 @@ def test_the_latest_evaluation_goes_to_status_trainer_eval_and_stays(
     second = json.loads(api.patches[1]["body"]["data"][PROGRESS_KEY])
     assert second["eval"]["step"] == 2
     assert not any(k.startswith("eval/") for k in second["metrics"])
+
+
+def test_the_metrics_history_goes_to_status_trainer_history(api: ApiServer, tmp_path: Path) -> None:
+    from rlhf_operator.api.v1alpha1 import TrainerReport
+
+    clock = Clock()
+    reporter, _ = reporter_for(api, tmp_path, clock)
+    for n in range(1, 6):
+        clock.now += 10
+        reporter.on_step(n, 5, {"reward": n / 10, "kl": 0.01 * n, "other": 1.0}, {"total": 1.0})
+    trainer = api.document(PROGRESS_KEY)
+    jsonschema.validate(trainer, crd_trainer_schema())
+    assert trainer["history"]["reward"] == [[n, n / 10] for n in range(1, 6)]
+    assert set(trainer["history"]) == {"reward", "kl"}
+    report = TrainerReport.model_validate(trainer)
+    assert report.history is not None and report.history["kl"][-1] == [5, 0.05]
+
+
+def test_a_retried_attempt_continues_the_history_of_the_earlier_ones(tmp_path: Path) -> None:
+    from rlhf_trainer.reporting.reporter import read_history
+
+    lines = [
+        {"event": "step", "step": 1, "metrics": {"reward": 0.1}},
+        {"event": "checkpoint", "step": 1, "path": "x"},
+        {"event": "step", "step": 2, "metrics": {"reward": 0.2}},
+        {"event": "step", "step": 3, "metrics": {"reward": 0.3}},
+    ]
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines) + '{"event": "st')
+    history = read_history(path)
+    history.add(3, {"reward": 0.35})  # the attempt resumed from step 2's checkpoint
+    assert history.to_json() == {"reward": [[1, 0.1], [2, 0.2], [3, 0.35]]}
+    assert read_history(tmp_path / "none.jsonl").to_json() == {}

@@ -10,8 +10,10 @@ from typing import Any, Literal
 from transformers import PreTrainedTokenizerBase
 
 from rlhf_trainer.config import DataConfig, DatasetSource
+from rlhf_trainer.config.data import DataFormat
 
 from .dataset import OrderedDataset
+from .openai_rows import prompt_value
 from .sources import DataLoadError, Row, describe, mixed_rows
 
 
@@ -23,6 +25,8 @@ class PromptItem:
     prompt_text: str
     label: str | None
     prompt_ids: list[int]
+    # The row's fields: a grader's `item`.
+    item: dict[str, Any] | None = None
 
 
 class PromptDataset(OrderedDataset[PromptItem]):
@@ -55,7 +59,7 @@ def prompt_items(
     *,
     where: str,
 ) -> list[PromptItem]:
-    texts = [render_prompt(column(row, cfg.input_key, src), tokenizer, cfg) for src, row in rows]
+    texts = [render_prompt(prompt_column(row, cfg, src), tokenizer, cfg) for src, row in rows]
     # A chat template writes the special tokens itself; a raw prompt gets the tokenizer's own.
     encoded = tokenizer(texts, add_special_tokens=not cfg.apply_chat_template)["input_ids"]
     items = []
@@ -67,10 +71,17 @@ def prompt_items(
         label = None
         if cfg.label_key is not None:
             label = label_text(column(row, cfg.label_key, src))
-        items.append(PromptItem(text, label, list(ids)))
+        items.append(PromptItem(text, label, list(ids), row))
     if not items:
         raise DataLoadError(f"{where}: no prompts")
     return items
+
+
+def prompt_column(row: Row, cfg: DataConfig, source: DatasetSource) -> Any:
+    """The prompt of a row: `data.inputKey`'s column, or an OpenAI row's messages."""
+    if cfg.format is DataFormat.OPENAI:
+        return prompt_value(row)
+    return column(row, cfg.input_key, source)
 
 
 def column(row: Row, key: str, source: DatasetSource) -> Any:

@@ -14,10 +14,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from rlhf_trainer.config import DataConfig, DatasetSource
+from rlhf_trainer.config.data import DataFormat
 from rlhf_trainer.config.data_size import mixed_counts
 from rlhf_trainer.config.outcome import InvalidSpecError
 
 from .builtin import RowKind, builtin_rows
+from .openai_rows import OpenAIRowError, openai_rows
 
 Row = dict[str, Any]
 T = TypeVar("T")
@@ -59,6 +61,11 @@ def read_source(
         raise DataLoadError("a data source needs path, hfId, configMapRef or builtin")
     if cfg.max_samples is not None:
         rows = rows[: cfg.max_samples]
+    if cfg.format is DataFormat.OPENAI:
+        try:
+            rows = openai_rows(rows, kind, cfg, describe(source))
+        except OpenAIRowError as err:
+            raise DataLoadError(str(err)) from None
     if not rows:
         raise DataLoadError(f"{describe(source)} holds no rows")
     return rows

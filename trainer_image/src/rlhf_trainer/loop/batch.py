@@ -30,6 +30,8 @@ class Sample:
     agent_reward: float | None = None
     turns: int = 1
     extra: dict[str, Any] = field(default_factory=dict)
+    # The training row's fields (a grader's `item`); None where the prompt has no row.
+    item: dict[str, Any] | None = None
     # The engine's sampling log-prob of each response token (0 where it did not generate
     # it): the behaviour policy's, kept by async rollout for the importance ratio.
     logprobs: list[float] | None = None

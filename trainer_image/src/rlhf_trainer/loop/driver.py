@@ -193,7 +193,7 @@ class Trainer(StepLoop[Cluster]):
             return [[(g.token_ids, g.finish_reason) for g in group] for group in out]
 
         prompts = [
-            PromptInput(i, it.prompt_text, list(it.prompt_ids), it.label)
+            PromptInput(i, it.prompt_text, list(it.prompt_ids), it.label, it.item)
             for i, it in enumerate(items)
         ]
         if self.hooks.agents is None:

@@ -28,7 +28,14 @@ class SampleScorer:
         queries = [s.prompt_text + s.response_text for s in samples]
         prompts = [s.prompt_text for s in samples]
         labels = [s.label for s in samples]
-        rewards, metrics = self.sources.score(queries, prompts, labels, model_scores)
+        rewards, metrics = self.sources.score(
+            queries,
+            prompts,
+            labels,
+            model_scores,
+            responses=[s.response_text for s in samples],
+            items=[s.item or {} for s in samples],
+        )
         agent = [s.agent_reward for s in samples]
         if any(r is not None for r in agent):
             given = torch.tensor([r is not None for r in agent])

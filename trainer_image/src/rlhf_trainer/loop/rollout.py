@@ -60,6 +60,7 @@ class PromptInput:
     text: str
     ids: list[int]
     label: Any
+    item: dict[str, Any] | None = None
 
 
 def sample_seeds(seed: int, step: int, count: int, turn: int = 0, stream: str = "") -> list[int]:
@@ -97,6 +98,7 @@ def single_turn(
                     finish_reason=reason,
                     prompt_text=prompt.text,
                     label=prompt.label,
+                    item=prompt.item,
                     response_text=tokenizer.decode(list(ids), skip_special_tokens=True),
                     logprobs=_logprobs(response),
                     weight_versions=_versions(response),
@@ -160,6 +162,7 @@ def multi_turn(
             finish_reason=e.finish_reason,
             prompt_text=e.prompt.text,
             label=e.prompt.label,
+            item=e.prompt.item,
             response_text=tokenizer.decode(
                 [t for t, m in zip(e.response_ids, e.action_mask, strict=True) if m],
                 skip_special_tokens=True,

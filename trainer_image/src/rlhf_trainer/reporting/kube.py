@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlhf_trainer.config.history import MetricsHistory
 from rlhf_trainer.config.outcome import FailureClass
 from rlhf_trainer.config.report import (
     EVAL_GREEDY_REWARD,
@@ -131,9 +132,11 @@ def trainer_status(
     checkpoints: list[dict[str, Any]],
     now: str,
     evaluation: dict[str, Any] | None = None,
+    history: dict[str, list[list[float]]] | None = None,
 ) -> dict[str, Any]:
     """The camelCase progress (`status.trainer` without the outcome) of one step (pure); the
-    latest evaluation (`eval_status`) goes under `eval`, not among the step's metrics."""
+    latest evaluation (`eval_status`) goes under `eval`, not among the step's metrics; the
+    bounded metrics history (`config.history`) under `history`."""
     body: dict[str, Any] = {
         "step": report.step,
         "totalSteps": report.total_steps,
@@ -144,6 +147,8 @@ def trainer_status(
     }
     if evaluation is not None:
         body["eval"] = evaluation
+    if history:
+        body["history"] = history
     if report.reward is not None:
         body["reward"] = report.reward
     if report.samples_per_second is not None:
@@ -212,7 +217,10 @@ class KubeReporter:
         min_interval: float = 5.0,
         timeout: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
+        history: MetricsHistory | None = None,
     ) -> None:
+        """`history`: the run's curves so far (a retried attempt's, read back from its
+        metrics.jsonl), continued by this attempt's steps."""
         self.target = target
         self.min_interval = min_interval
         self.timeout = timeout
@@ -220,6 +228,7 @@ class KubeReporter:
         self._checkpoints: list[dict[str, Any]] = []
         self._last: StepReport | None = None  # the newest step report
         self._eval: dict[str, Any] | None = None  # the newest evaluation, kept between them
+        self._history = history if history is not None else MetricsHistory()
         self._dirty = False  # something not yet sent (a step or a checkpoint)
         self._last_sent: float | None = None
         self._blocked_until = 0.0
@@ -237,6 +246,7 @@ class KubeReporter:
     def write_step(self, report: StepReport) -> None:
         self._last, self._dirty = report, True
         self._eval = eval_status(report.step, report.metrics) or self._eval
+        self._history.add(report.step, report.metrics)
         self._flush(force=report.is_final)
 
     def write_checkpoint(self, step: int, path: Path) -> None:
@@ -257,7 +267,9 @@ class KubeReporter:
         due = self._last_sent is None or now - self._last_sent >= self.min_interval
         if not (force or due) or (now < self._blocked_until and not force):
             return
-        body = trainer_status(report, self._checkpoints, utc_now(), self._eval)
+        body = trainer_status(
+            report, self._checkpoints, utc_now(), self._eval, self._history.to_json()
+        )
         if self.write(PROGRESS_KEY, body):
             self._dirty = False
         self._last_sent = now

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
 from rlhf_trainer.config import LoggingConfig
+from rlhf_trainer.config.history import MetricsHistory
 
 from .base import Sink, StepReport, finite_metrics, split_samples
 from .kube import KubeReporter, target_from_env
@@ -80,6 +82,25 @@ class Reporter:
         self.close()
 
 
+def read_history(path: Path) -> MetricsHistory:
+    """The bounded history of the step records in a metrics.jsonl (none: empty); a line that
+    does not parse (a write cut short by a crash) is skipped."""
+    history = MetricsHistory()
+    if not path.is_file():
+        return history
+    with open(path, encoding="utf-8") as lines:
+        for line in lines:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and record.get("event") == "step":
+                metrics = record.get("metrics")
+                if isinstance(metrics, dict) and isinstance(record.get("step"), int):
+                    history.add(record["step"], finite_metrics(metrics))
+    return history
+
+
 def build_reporter(
     cfg: LoggingConfig,
     run_dir: Path,
@@ -100,5 +121,6 @@ def build_reporter(
         sinks.append(WandbSink(cfg.wandb, run_dir, dict(config or {})))
     target = target_from_env(env)
     if target is not None:
-        sinks.append(KubeReporter(target))
+        # Read before this attempt appends: an earlier attempt's steps keep their curves.
+        sinks.append(KubeReporter(target, history=read_history(run_dir / METRICS_FILE)))
     return Reporter(sinks)

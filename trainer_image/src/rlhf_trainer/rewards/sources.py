@@ -7,10 +7,10 @@ service are called here, concurrently, and everything is summed with its weight.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from torch import Tensor
 
@@ -18,6 +18,7 @@ from rlhf_trainer.config import ModelsConfig, RewardErrorPolicy, RewardFunction
 
 from .builtin import BuiltinRewardFunction
 from .function_runner import RewardFunctionLoadError, RewardFunctionRunner
+from .grader import GraderRewardSource
 from .on_error import ZeroOnError
 from .output import RewardResult, combine_rewards
 from .remote import RemoteRewardClient
@@ -71,19 +72,26 @@ class RewardSources:
         self.function_weight = 1.0
         self.remote: RemoteRewardClient | None = None
         self.remote_weight = 1.0
+        self.grader: GraderRewardSource | None = None
+        self.grader_weight = 1.0
+        if models.grader_reward is not None:
+            self.grader = GraderRewardSource(models.grader_reward)
+            self.grader_weight = models.grader_reward.weight
         if models.reward_function is not None:
             self.function = build_reward_function(models.reward_function, base_dir)
             self.function_weight = models.reward_function.weight
         if models.remote_reward is not None:
             self.remote = RemoteRewardClient.from_config(models.remote_reward)
             self.remote_weight = models.remote_reward.weight
-        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="reward")
+        self._pool = ThreadPoolExecutor(max_workers=3, thread_name_prefix="reward")
 
     def start(self) -> None:
         """Load the reward function file now (in its worker process), so that one which does
         not import fails the job before its cluster starts, not at the first step's scores."""
         if isinstance(self.function, RewardFunctionRunner | ZeroOnError):
             self.function.start()
+        if self.grader is not None:
+            self.grader.start()
 
     def score(
         self,
@@ -91,8 +99,12 @@ class RewardSources:
         prompts: Sequence[str],
         labels: Sequence[str | None],
         model_scores: Sequence[Tensor] = (),
+        *,
+        responses: Sequence[str] | None = None,
+        items: Sequence[Mapping[str, Any]] | None = None,
     ) -> tuple[Tensor, dict[str, float]]:
-        """Combined `[B]` rewards, and metrics: each source's mean, the task score, extras."""
+        """Combined `[B]` rewards, and metrics: each source's mean, the task score, extras.
+        A grader grades `responses` (default: the queries) against `items` (the rows)."""
         if len(model_scores) != len(self.model_weights):
             raise ValueError(
                 f"got {len(model_scores)} reward-model score tensors for "
@@ -103,12 +115,22 @@ class RewardSources:
             for key, fn in (("function", self.function), ("remote", self.remote))
             if fn is not None
         }
+        if self.grader is not None:
+            calls["grader"] = self._pool.submit(
+                self.grader,
+                list(responses if responses is not None else queries),
+                list(items if items is not None else [{} for _ in queries]),
+            )
         parts: list[tuple[float, Tensor]] = []
         metrics: dict[str, float] = {}
         for i, (weight, scores) in enumerate(zip(self.model_weights, model_scores, strict=True)):
             parts.append((weight, scores))
             metrics[f"reward/model_{i}"] = float(scores.float().mean())
-        weights = {"function": self.function_weight, "remote": self.remote_weight}
+        weights = {
+            "function": self.function_weight,
+            "remote": self.remote_weight,
+            "grader": self.grader_weight,
+        }
         for key, future in calls.items():
             result = future.result()  # re-raises the source's error, which names the source
             parts.append((weights[key], result.rewards))
@@ -118,7 +140,7 @@ class RewardSources:
         return combine_rewards(parts), metrics
 
     def close(self) -> None:
-        for fn in (self.function, self.remote):
+        for fn in (self.function, self.remote, self.grader):
             if fn is not None:
                 fn.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
