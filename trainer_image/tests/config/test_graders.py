@@ -290,3 +290,18 @@ def test_a_bad_grader_in_a_job_names_its_field(grader: dict[str, Any], expected:
         JobConfig.model_validate(job(grader))
     lines = validation_messages(info.value)
     assert any(line.startswith(expected) for line in lines), lines
+
+
+def test_openai_files_are_refused_for_trainers_whose_rows_they_cannot_hold() -> None:
+    doc = {
+        "algorithm": {"name": "kto"},
+        "models": {"actor": {"randomInit": {}}},
+        "data": {"train": [{"path": "rows.jsonl"}], "format": "openai"},
+        "training": {"trainBatchSize": 8, "microTrainBatchSize": 2},
+    }
+    with pytest.raises(ValidationError) as info:
+        JobConfig.model_validate(doc)
+    assert any(
+        line.startswith("data.format: openai holds OpenAI's supervised")
+        for line in validation_messages(info.value)
+    )

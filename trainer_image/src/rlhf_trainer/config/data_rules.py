@@ -6,16 +6,30 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .algorithm import ITERATIVE_ALGORITHMS, ONLINE_ALGORITHMS
+from .algorithm import ITERATIVE_ALGORITHMS, ONLINE_ALGORITHMS, AlgorithmName
 from .base import Problem
 from .builtins import BUILTIN_REWARD_NAMES, BUILTIN_TASK_NAMES, builtin_problem
+from .data import DataFormat
 from .data_size import fixed_steps, known_train_rows, step_basis, too_little_data
 
 if TYPE_CHECKING:
     from .job import JobConfig
 
 
+# Trainers whose rows OpenAI's fine-tuning files cannot hold (a desirable flag, a score, steps).
+_COLUMNS_ONLY = {AlgorithmName.KTO, AlgorithmName.CONDITIONAL_SFT, AlgorithmName.PRM}
+
+
 def data_problems(cfg: JobConfig) -> list[Problem]:
+    algo = cfg.algorithm.name
+    if cfg.data.format is DataFormat.OPENAI and algo in _COLUMNS_ONLY:
+        return [
+            Problem(
+                "data.format",
+                f"openai holds OpenAI's supervised, dpo and reinforcement files; algorithm "
+                f"{algo.value} reads other rows: use data.format: columns",
+            )
+        ]
     train = cfg.data.train
     total = sum(s.probability for s in train)
     if len(train) > 1 and abs(total - 1.0) > 1e-6:

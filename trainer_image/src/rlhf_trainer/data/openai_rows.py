@@ -30,7 +30,10 @@ class OpenAIRowError(ValueError):
 def openai_rows(rows: list[Row], kind: RowKind, cfg: DataConfig, where: str) -> list[Row]:
     """Each row checked (the first bad one is refused, naming its number and field) and, for
     sft and preference data, moved to the columns `data.*Key` name. Prompt rows are kept
-    whole: `prompt_value` reads their messages."""
+    whole: `prompt_value` reads their messages. Pretraining text (`data.pretrain`) is read as
+    columns."""
+    if kind == "text":  # PPO-ptx's pretraining text stays plain text
+        return rows
     method = METHOD_OF_KIND.get(kind)
     if method is None:
         raise OpenAIRowError(

@@ -8,6 +8,8 @@ Import the submodules directly (this file imports nothing):
   samples it fails on 0 (`models.rewardFunction.onError: zero`).
 - `rlhf_trainer.rewards.builtin`: builtin reward functions (`BuiltinRewardFunction(name)`).
 - `rlhf_trainer.rewards.remote`: `RemoteRewardClient`: an HTTP reward service with retries.
+- `rlhf_trainer.rewards.grader`: `GraderRewardSource`: `models.graderReward`, an OpenAI grader
+  (`rlhf_trainer.grading`) scoring each response against its training row.
 - `rlhf_trainer.rewards.output`: `RewardResult`, `parse_reward_output`, `combine_rewards`.
 - `rlhf_trainer.rewards.sources`: `RewardSources(models_cfg, base_dir).score(...)`: all of a
   job's sources, weighted and summed; `build_reward_function`.
