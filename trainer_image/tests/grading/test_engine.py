@@ -234,3 +234,21 @@ def test_score_model_is_accepted_when_the_platform_configured_it() -> None:
     assert grader_to_openai(grader) == obj
     with pytest.raises(GraderRequestError, match="not a score model of this platform"):
         validate_grader(obj, score_models={"other"})
+
+
+def test_meteor_is_refused_naming_the_field_where_wordnet_is_missing() -> None:
+    from rlhf_trainer.grading.similarity import meteor_available
+
+    obj = {
+        "type": "text_similarity",
+        "name": "m",
+        "input": "{{sample.output_text}}",
+        "reference": "the cat",
+        "evaluation_metric": "meteor",
+    }
+    if meteor_available():
+        assert run_grader(validate_grader(obj), "the cat")["reward"] > 0.9
+        return
+    with pytest.raises(GraderRequestError, match="WordNet") as info:
+        validate_grader(obj)
+    assert info.value.param == "grader.evaluation_metric"

@@ -25,7 +25,7 @@ from rlhf_trainer.config.graders import (
 )
 
 from .engine import ErrorKind, Grade, GraderEngine
-from .similarity import meteor_available
+from .similarity import MetricUnavailable, wordnet
 
 _ADAPTER: TypeAdapter[Grader] = TypeAdapter(Grader)
 ERROR_FLAGS = (
@@ -93,10 +93,7 @@ def _metric_problems(grader: Grader) -> list[tuple[str, str]]:
         if (
             isinstance(leaf, TextSimilarityGrader)
             and leaf.evaluation_metric is SimilarityMetric.METEOR
-            and not meteor_available()
         ):
-            from .similarity import MetricUnavailable, wordnet
-
             try:
                 wordnet()
             except MetricUnavailable as err:
