@@ -68,6 +68,7 @@ def test_saved_batches_round_trip_and_only_consecutive_ones_load(tmp_path: Path)
         Rollout(4, 40, 2, [sample([7, 8], [-0.5, -1.5]), sample([9])]),
         Rollout(5, 50, 3, [sample([3])]),
     ]
+    rollouts[1].samples[0].item = {"letter": "a", "meta": {"n": [1, 2]}}  # a grader's row
     save_rollouts(rollouts, tmp_path)
     assert load_rollouts(tmp_path, after_step=3) == rollouts
     assert load_rollouts(tmp_path, after_step=2) == []  # saved for another checkpoint

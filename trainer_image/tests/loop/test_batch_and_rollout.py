@@ -93,6 +93,16 @@ def test_single_turn_lays_out_groups_prompt_by_prompt() -> None:
     assert engine.calls[0][1] == sample_seeds(42, 3, 2)
 
 
+def test_each_sample_carries_its_prompts_row_to_the_reward() -> None:
+    rows = [{"letter": "a"}, {"letter": "b", "meta": [1]}]
+    prompts = [
+        PromptInput(p.index, p.text, p.ids, p.label, row)
+        for p, row in zip(PROMPTS, rows, strict=True)
+    ]
+    samples = single_turn(prompts, ScriptedEngine([[1], [2], [3], [4]]), CharTokenizer(), cfg(), 1)
+    assert [s.item for s in samples] == [rows[0], rows[0], rows[1], rows[1]]
+
+
 def test_sampling_seeds_depend_on_step_prompt_and_turn_only() -> None:
     assert sample_seeds(1, 2, 3) == sample_seeds(1, 2, 3)
     assert len(set(sample_seeds(1, 2, 3) + sample_seeds(1, 3, 3) + sample_seeds(1, 2, 3, 1))) == 9
