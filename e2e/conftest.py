@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from e2e_cluster import Cluster
-from e2e_local import LocalSubstrate, unavailable
+from e2e_local import LocalSubstrate, image_mode, unavailable
 from e2e_settings import (
     KEEP,
     KUBECONFIG,
@@ -28,6 +28,14 @@ from e2e_settings import (
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.append(str(REPO / "deploy_tests"))  # shared helpers: offline chart copy, Argo Lua
+
+
+IMAGE_SOURCE: list[str] = []  # what the session's local substrate ran its pods from
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for source in IMAGE_SOURCE:
+        terminalreporter.write_line(f"e2e: the local substrate ran its pods from {source}")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -67,7 +75,8 @@ def substrate(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSubstra
     if not LOCAL:
         yield None
         return
-    local = LocalSubstrate(tmp_path_factory.mktemp("substrate"))
+    mode, why = image_mode()
+    local = LocalSubstrate(tmp_path_factory.mktemp("substrate"), images=mode)
     repository, _, tag = OPERATOR_IMAGE.rpartition(":")
     try:
         local.up(
@@ -76,6 +85,7 @@ def substrate(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSubstra
             f"trainer.defaultImage={TRAINER_IMAGE}",
             "logLevel=DEBUG",
         )
+        IMAGE_SOURCE.append(f"{local.image_source()} ({why})")
         yield local
     finally:
         local.down()

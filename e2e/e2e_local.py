@@ -4,6 +4,7 @@ the outside (processes, mounts, volume directories) for what only this machine c
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -28,9 +29,29 @@ def unavailable() -> str | None:
     return None
 
 
+def image_mode() -> tuple[str, str]:
+    """(SUBSTRATE_IMAGES for up.sh, why): the images `make images` built when they are up to
+    date with this checkout (scripts/build-images.sh --check), else host mode, saying why;
+    SUBSTRATE_IMAGES=built|host chooses."""
+    requested = os.environ.get("SUBSTRATE_IMAGES", "auto")
+    if requested != "auto":
+        return requested, f"SUBSTRATE_IMAGES={requested}"
+    check = subprocess.run(
+        ["bash", str(REPO / "scripts" / "build-images.sh"), "--check"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if check.returncode == 0:
+        return "built", "the images are up to date with this checkout"
+    said = check.stderr.strip().splitlines()
+    return "host", f"no up-to-date built images ({said[-1] if said else 'build-images.sh --check'})"
+
+
 @dataclass(frozen=True)
 class LocalSubstrate:
     state: Path
+    images: str = "auto"  # SUBSTRATE_IMAGES for up.sh: auto, built or host
 
     @property
     def kubeconfig(self) -> Path:
@@ -41,6 +62,7 @@ class LocalSubstrate:
             **os.environ,
             "SUBSTRATE_STATE": str(self.state),
             "SUBSTRATE_KUBECONFIG": str(self.kubeconfig),
+            "SUBSTRATE_IMAGES": self.images,
         }
 
     def up(self, *chart_values: str, timeout: float = 600) -> None:
@@ -55,6 +77,11 @@ class LocalSubstrate:
         )
         if result.returncode != 0:
             raise RuntimeError(f"e2e/local/up.sh failed:\n{result.stderr}{result.stdout}")
+
+    def image_source(self) -> str:
+        """What the running substrate runs its pods from (its substrate.json says)."""
+        recorded = json.loads((self.state / "substrate.json").read_text())
+        return f"{recorded['images']['mode']}: {recorded['images']['why']}"
 
     def down(self) -> None:
         subprocess.run(["bash", str(LOCAL / "down.sh")], env=self._env(), check=True, timeout=120)

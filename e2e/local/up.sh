@@ -5,8 +5,12 @@
 #
 #   e2e/local/up.sh [--set chart.key=value ...]
 #
+# Pods run from the images `make images` built when there are any, else from this machine's
+# filesystem and the checkout's venv (host mode); it prints which.
+#
 # Env: SUBSTRATE_STATE (default e2e/local/.state), SUBSTRATE_KUBECONFIG (e2e/local/.kubeconfig),
-#      SUBSTRATE_TIMEOUT seconds to wait for the operator (default 300), PYTHON (.venv/bin/python)
+#      SUBSTRATE_TIMEOUT seconds to wait for the operator (default 300), PYTHON (.venv/bin/python),
+#      SUBSTRATE_IMAGES (auto: built images when there are any; built; host)
 #
 # On a failure it says what failed (the substrate's log, or the operator's containers: state,
 # start error, last log lines) and stops what it started; the state directory stays.
@@ -82,5 +86,7 @@ until [[ "$("${kubectl}" --kubeconfig "${kubeconfig}" get pods -n "${namespace}"
   fi
   sleep 1
 done
-echo "The local substrate is up (log: ${state}/substrate.log). Point kubectl at it with:"
+echo "The local substrate is up (log: ${state}/substrate.log); pods run from $("${python}" -c \
+  'import json, sys; print(json.load(open(sys.argv[1]))["images"]["why"])' "${state}/substrate.json")."
+echo "Point kubectl at it with:"
 echo "export KUBECONFIG=${kubeconfig}"

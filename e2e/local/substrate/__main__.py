@@ -3,7 +3,12 @@ tokens and RBAC), the node's kubelet and runtime, the workload controllers, Kube
 the chart's operator. Started in the background by e2e/local/up.sh; stopped by down.sh (SIGTERM:
 every pod is stopped, the pod network removed).
 
-    python -m substrate serve --state DIR --kubeconfig FILE [--set chart.key=value ...]
+    python -m substrate serve --state DIR --kubeconfig FILE [--images auto|built|host]
+                              [--set chart.key=value ...]
+
+Pods run from the images `make images` built (store.py) when there are any (`--images auto`),
+else from this machine's filesystem and this checkout's venv (host mode, images.py); which one
+ran is logged and recorded in the state's substrate.json.
 
 Several substrates may run on one machine (say, a person's and a test run's): each takes the
 first free instance number, which picks its bridge and pod subnet (198.18.<213+n>.0/24).
@@ -29,7 +34,7 @@ from typing import IO
 from emulator import Emulator, project_crds
 from emulator.harness import KUBERAY_CRDS_DIR
 
-from . import certs, chart, plans
+from . import certs, chart, images, plans, store
 from .kubelet import Kubelet
 from .kuberay import KubeRay
 from .runtime import Network, Runtime
@@ -96,7 +101,10 @@ async def serve(args: argparse.Namespace) -> None:
         for namespace in ("default", "kube-system", "kube-public", "kube-node-lease"):
             api.create_namespace(namespace)
         cluster = plans.Cluster(state, network.gateway, 443, ca_file)
-        kubelet = Kubelet(api, Runtime(network), cluster, security)
+        mode, why = store.choose(args.images, store.Store())
+        log.info("pods run from %s", why)
+        loader = store.Store().load if mode == "built" else images.load
+        kubelet = Kubelet(api, Runtime(network), cluster, security, loader)
         api.pod_logs = kubelet.logs
         kuberay = KubeRay(api, _resolver(kubelet))
         controllers: list[Workloads | KubeRay | Kubelet] = [
@@ -117,6 +125,7 @@ async def serve(args: argparse.Namespace) -> None:
                     "bridge": network.bridge,
                     "subnet": str(subnet),
                     "pid": os.getpid(),
+                    "images": {"mode": mode, "why": why},
                 }
             )
         )
@@ -153,6 +162,13 @@ def main() -> None:
         "--set", action="append", default=[], help="a Helm value of the operator chart"
     )
     run.add_argument("--no-chart", action="store_true", help="do not install the operator chart")
+    run.add_argument(
+        "--images",
+        choices=store.MODES,
+        default=os.environ.get("SUBSTRATE_IMAGES", "auto"),
+        help="built: the images `make images` exported; host: this machine's filesystem and "
+        "venv; auto (default, or SUBSTRATE_IMAGES): built when there are any",
+    )
     run.add_argument(
         "--shutdown-grace", type=float, default=5.0, help="seconds pods get at shutdown"
     )

@@ -125,8 +125,11 @@ def seed(root: str, source: str, target: str, uid: int, gid: int) -> None:
             os.chown(os.path.join(directory, name), uid, gid, follow_symlinks=False)
 
 
-def hide(root: str, what: list[str]) -> None:
-    """Cover the host directory `what[0]` (the substrate's state) with the empty `what[1]`."""
+def hide(root: str, what: list[str] | None) -> None:
+    """Cover the host directory `what[0]` (the substrate's state) with the empty `what[1]`
+    (host mode: a built image's root does not hold it)."""
+    if what is None:
+        return
     hidden, empty = what
     if os.path.isdir(inside(root, hidden)):
         os.makedirs(empty, mode=0o700, exist_ok=True)
@@ -138,7 +141,7 @@ def build_root(plan: dict[str, Any]) -> str:
     root = fs["root"]
     for directory in (root, fs["upper"], fs["work"]):
         os.makedirs(directory, exist_ok=True)
-    options = f"lowerdir=/,upperdir={fs['upper']},workdir={fs['work']}"
+    options = f"lowerdir={fs['lower']},upperdir={fs['upper']},workdir={fs['work']}"
     mount("overlay", root, "overlay", 0, options)
     for target, (source, mode) in sorted(fs["masks"].items()):
         os.makedirs(source, exist_ok=True)

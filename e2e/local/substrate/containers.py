@@ -39,7 +39,7 @@ class Ctr:
         return {
             "name": self.name,
             "image": self.spec.get("image", ""),
-            "imageID": "",
+            "imageID": self.image.digest if self.image else "",
             "containerID": f"substrate://{pod_uid[:8]}-{self.name}-{self.restarts}",
             "ready": self.ready and running,
             "started": running,

@@ -52,8 +52,11 @@ class ImageUser:
 
 @dataclass(frozen=True)
 class LocalImage:
+    """An image as the kubelet runs it. Host mode: `dockerfile` set, this machine's root as the
+    filesystem. Built mode (store.py): `rootfs` the image's exported root filesystem."""
+
     name: str
-    dockerfile: Path
+    dockerfile: Path | None
     env: dict[str, str]
     uid: int
     gid: int
@@ -63,6 +66,8 @@ class LocalImage:
     users: tuple[ImageUser, ...] = ()
     # Files the image carries (host path -> path in the image): build caches, see seeds().
     seeds: dict[str, str] = field(default_factory=dict)
+    rootfs: Path | None = None
+    digest: str = ""  # the built image's ID (a pod's status.imageID)
 
     def user_named(self, uid: int) -> ImageUser | None:
         return next((u for u in self.users if u.uid == uid), None)

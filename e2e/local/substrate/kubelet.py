@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 import shutil
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,8 @@ from emulator.rbac import Security
 
 from . import plans
 from .events import Recorder, now
+from .images import LocalImage
+from .images import load as load_host_image
 from .pods import PodWorker
 from .podspec import ConfigError
 from .runtime import Runtime
@@ -39,9 +41,15 @@ _SCHEDULABLE = ("cpu", "memory", "ephemeral-storage")
 
 class Kubelet:
     def __init__(
-        self, api: Emulator, runtime: Runtime, cluster: plans.Cluster, security: Security
+        self,
+        api: Emulator,
+        runtime: Runtime,
+        cluster: plans.Cluster,
+        security: Security,
+        images: Callable[[str], LocalImage] = load_host_image,
     ) -> None:
         self.api = api
+        self.images = images  # image name -> the image to run (host mode or built, store.py)
         self.runtime = runtime
         self.cluster = cluster
         self.security = security

@@ -201,6 +201,43 @@ def _kept_paths(covered: list[str]) -> list[str]:
     return sorted(p for p in wanted if any(_under(p, c) and p != c for c in covered))
 
 
+def _host_layers(cluster: Cluster, container_dir: Path, mounts: list[JSON]) -> JSON:
+    """Host mode: this machine's root under the container's layer, with the host's private
+    directories covered by empty ones and the image's Python (interpreter, venv, checkout)
+    bound back over whatever covers it: appended to `mounts` when a volume does."""
+    kept = _kept_paths([*MASKS, *(m["target"] for m in mounts)])
+    # The image's directories under a volume: bound back over it (container.py mounts in depth
+    # order, so a volume deeper inside the checkout still lands on top of them).
+    for path in kept:
+        covering = [
+            m["target"] for m in mounts if _under(path, m["target"]) and path != m["target"]
+        ]
+        if covering:
+            why = (
+                f"the image's {path} (this checkout's venv, its interpreter or the checkout: the "
+                f"local image's Python) lies under the pod's volume at {max(covering, key=len)}"
+            )
+            mounts.append({"source": path, "target": path, "readOnly": True, "image": why})
+    masks = {
+        target: [str(container_dir / "masks" / target.strip("/").replace("/", "_")), mode]
+        for target, mode in MASKS.items()
+    }
+    if any(_under(k, "/root") for k in kept):
+        masks["/root"][1] = 0o711  # traversable, so that non-root users reach the interpreter
+    return {
+        "lower": "/",
+        "masks": masks,
+        "keep": kept,
+        # After the kept paths: the substrate's state holds every pod's token and volumes.
+        "hide": [str(cluster.state), str(container_dir / "masks" / "_state")],
+    }
+
+
+def _built_layers(image: LocalImage) -> JSON:
+    """Built mode: the image's exported root filesystem under the container's layer, alone."""
+    return {"lower": str(image.rootfs), "masks": {}, "keep": [], "hide": None}
+
+
 def container_plan(
     cluster: Cluster,
     pod: JSON,
@@ -236,37 +273,17 @@ def container_plan(
                 "readOnly": bool(mount.get("readOnly", False) or read_only),
             }
         )
-    kept = _kept_paths([*MASKS, *(m["target"] for m in mounts)])
-    # The image's directories under a volume: bound back over it (container.py mounts in depth
-    # order, so a volume deeper inside the checkout still lands on top of them).
-    for path in kept:
-        covering = [
-            m["target"] for m in mounts if _under(path, m["target"]) and path != m["target"]
-        ]
-        if covering:
-            why = (
-                f"the image's {path} (this checkout's venv, its interpreter or the checkout: the "
-                f"local image's Python) lies under the pod's volume at {max(covering, key=len)}"
-            )
-            mounts.append({"source": path, "target": path, "readOnly": True, "image": why})
-    masks = {
-        target: [str(container_dir / "masks" / target.strip("/").replace("/", "_")), mode]
-        for target, mode in MASKS.items()
-    }
-    if any(_under(k, "/root") for k in kept):
-        masks["/root"][1] = 0o711  # traversable, so that non-root users reach the interpreter
+    layers = _built_layers(image) if image.rootfs else _host_layers(cluster, container_dir, mounts)
     return {
         "rootfs": {
             "root": str(container_dir / "rootfs"),
             "upper": str(container_dir / "upper"),
             "work": str(container_dir / "work"),
-            "masks": masks,
-            "keep": kept,
-            # After the kept paths: the substrate's state holds every pod's token and volumes.
-            "hide": [str(cluster.state), str(container_dir / "masks" / "_state")],
+            **layers,
             "readOnly": bool(ctx.get("readOnlyRootFilesystem", False)),
         },
         "mounts": mounts,
+        # Host mode: the users the Dockerfile's `useradd` makes (a built image has its own).
         "users": [
             {
                 "name": u.name,
@@ -276,7 +293,7 @@ def container_plan(
                 "shell": u.shell,
                 "createHome": u.create_home,
             }
-            for u in image.users
+            for u in (image.users if image.rootfs is None else ())
         ],
         "seeds": [{"source": s, "target": t} for s, t in image.seeds.items()],
         "uid": uid,

@@ -131,7 +131,7 @@ class PodWorker:
     async def _prepare(self) -> bool:
         for c in [*self.init, *self.main]:
             try:
-                c.image = images.load(str(c.spec.get("image", "")))
+                c.image = self.kubelet.images(str(c.spec.get("image", "")))
             except images.ImageError as err:
                 c.state = {"waiting": {"reason": err.reason, "message": err.message}}
                 self.event("Warning", "Failed", err.message)
