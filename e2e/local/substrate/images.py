@@ -1,6 +1,7 @@
-"""Container images as the local substrate runs them: this machine's filesystem with this
-checkout's venv as the image's Python, plus what the image's Dockerfile declares in its final
-stage (ENV, USER, WORKDIR, ENTRYPOINT, CMD and the user its `useradd` creates).
+"""Container images in host mode, the local substrate's fallback where `make images` built
+nothing (the built images are store.py's): this machine's filesystem with this checkout's venv
+as the image's Python, plus what the image's Dockerfile declares in its final stage (ENV, USER,
+WORKDIR, ENTRYPOINT, CMD and the user its `useradd` creates).
 
 Nothing is pulled or built: an image name maps to one of this repository's Dockerfiles by its
 repository's last path component. Any other image fails the way a kubelet reports an image it
