@@ -340,6 +340,8 @@ for target in "${stale[@]}"; do
   esac
   export_image "$(name_of "${target}"):${tag}" "$(context_key "${target}")"
 done
+# Images no tag names any more (the previous build of a tag) go; the layer cache stays.
+[[ ${#stale[@]} -eq 0 ]] || docker image prune --force >/dev/null
 if [[ "${BUILD_GPU_IMAGE:-0}" == 1 ]]; then
   build rlhf-trainer "${repo}/trainer_image/Dockerfile"
 else
