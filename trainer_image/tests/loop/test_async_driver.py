@@ -86,7 +86,7 @@ class Prompts:
     def batches(self, size: int, start: int = 0, *, passes: int | None = 1) -> Iterator[Any]:
         while True:
             items = [
-                SimpleNamespace(prompt_text=f"p{i}", prompt_ids=[1, 10 + i], label=None)
+                SimpleNamespace(prompt_text=f"p{i}", prompt_ids=[1, 10 + i], label=None, item=None)
                 for i in range(start, start + size)
             ]
             start += size
