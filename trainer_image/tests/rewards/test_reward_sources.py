@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import math
 from pathlib import Path
 from typing import Any
 
@@ -162,3 +163,45 @@ def test_all_sources_are_weighted_and_summed(tmp_path: Path) -> None:
     }
     with pytest.raises(ValueError, match="1 configured reward models"):
         sources.score(["q"], ["p"], [None], [])
+
+
+def test_a_score_range_maps_the_models_raw_scores_by_a_sigmoid(tmp_path: Path) -> None:
+    """`scoreRange: [low, high]` (an OpenAI score_model grader's range): low + (high - low)
+    * sigmoid(raw); a model without one keeps its raw scores."""
+    models = ModelsConfig.model_validate(
+        {
+            "actor": {"pretrained": "x"},
+            "rewardModels": [
+                {"pretrained": "judge", "scoreRange": [-1.0, 3.0]},
+                {"pretrained": "rm", "weight": 2.0},
+            ],
+        }
+    )
+    raw = torch.tensor([0.0, 2.0, -50.0, 50.0])
+    sources = RewardSources(models, tmp_path)
+    try:
+        total, metrics = sources.score(["q"] * 4, ["p"] * 4, [None] * 4, [raw, raw])
+    finally:
+        sources.close()
+    mapped = [-1.0 + 4.0 / (1.0 + math.exp(-s)) for s in raw.tolist()]
+    assert mapped[0] == 1.0 and mapped[2] == pytest.approx(-1.0) and mapped[3] == 3.0
+    assert total.tolist() == pytest.approx(
+        [m + 2.0 * r for m, r in zip(mapped, raw.tolist(), strict=True)]
+    )
+    assert metrics["reward/model_0"] == pytest.approx(sum(mapped) / 4)
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"scoreRange": [1.0, 1.0]}, "low < high"),
+        ({"scoreRange": [0.0]}, "at least 2 items"),
+        ({"scoreRange": [0.0, 1.0], "process": {}}, "process reward model"),
+    ],
+    ids=["empty-range", "one-bound", "process-model"],
+)
+def test_score_range_is_checked(entry: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        ModelsConfig.model_validate(
+            {"actor": {"pretrained": "x"}, "rewardModels": [{"pretrained": "rm", **entry}]}
+        )

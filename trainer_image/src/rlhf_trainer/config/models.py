@@ -106,6 +106,24 @@ class RewardModel(ModelSource):
     process: ProcessReward | None = Field(
         None, description="A process reward model (trained by algorithm prm): how it scores."
     )
+    score_range: list[float] | None = Field(
+        None,
+        min_length=2,
+        max_length=2,
+        description="[low, high]: the model's raw score s becomes low + (high - low) * "
+        "sigmoid(s), a bounded score as an OpenAI score_model grader's range gives; "
+        "default: the raw score.",
+    )
+
+    @model_validator(mode="after")
+    def _score_range_ordered(self) -> Self:
+        if self.score_range is not None and not self.score_range[0] < self.score_range[1]:
+            raise ValueError(
+                f"scoreRange must be [low, high] with low < high; got {self.score_range}"
+            )
+        if self.score_range is not None and self.process is not None:
+            raise ValueError("scoreRange: a process reward model's step scores are not mapped")
+        return self
 
 
 class RewardErrorPolicy(StrEnum):

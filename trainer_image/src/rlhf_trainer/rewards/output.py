@@ -105,3 +105,13 @@ def combine_rewards(parts: Sequence[tuple[float, Tensor]]) -> Tensor:
             )
         total = total + weight * rewards.detach().float().cpu()
     return total
+
+
+def to_score_range(scores: Tensor, score_range: Sequence[float] | None) -> Tensor:
+    """A reward model's raw scores mapped into `[low, high]` by a sigmoid (its Bradley-Terry
+    reading: the probability the response is preferred, scaled), for a reward model that
+    stands in for an OpenAI score_model grader with its `range`; unchanged without one."""
+    if score_range is None:
+        return scores
+    low, high = float(score_range[0]), float(score_range[1])
+    return low + (high - low) * torch.sigmoid(scores.float())

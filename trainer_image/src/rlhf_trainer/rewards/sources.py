@@ -20,7 +20,7 @@ from .builtin import BuiltinRewardFunction
 from .function_runner import RewardFunctionLoadError, RewardFunctionRunner
 from .grader import GraderRewardSource
 from .on_error import ZeroOnError
-from .output import RewardResult, combine_rewards
+from .output import RewardResult, combine_rewards, to_score_range
 from .remote import RemoteRewardClient
 
 # Where the operator mounts a rewardFunction.configMapRef on the cluster (it also rewrites the
@@ -68,6 +68,7 @@ class RewardSources:
 
     def __init__(self, models: ModelsConfig, base_dir: Path) -> None:
         self.model_weights = [m.weight for m in models.reward_models]
+        self.model_ranges = [m.score_range for m in models.reward_models]
         self.function: RewardFn | None = None
         self.function_weight = 1.0
         self.remote: RemoteRewardClient | None = None
@@ -123,7 +124,8 @@ class RewardSources:
             )
         parts: list[tuple[float, Tensor]] = []
         metrics: dict[str, float] = {}
-        for i, (weight, scores) in enumerate(zip(self.model_weights, model_scores, strict=True)):
+        for i, (weight, raw) in enumerate(zip(self.model_weights, model_scores, strict=True)):
+            scores = to_score_range(raw, self.model_ranges[i])
             parts.append((weight, scores))
             metrics[f"reward/model_{i}"] = float(scores.float().mean())
         weights = {
