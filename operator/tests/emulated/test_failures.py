@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
+import aiohttp
 import pytest
 
 from emulator import run_emulator
@@ -178,3 +179,64 @@ async def test_pods_that_never_start_are_reported_then_time_out(operator: Cluste
     assert c.conditions("ppo-st")["Failed"] == ("True", "StartupTimeout")
     assert pull in status["message"]
     await c.until(lambda: k8s.find(RAYJOBS, "ppo-st-r0", "default") is None, "RayJob deleted")
+
+
+async def _evict(c: Cluster, pod: str, grace: int = 30) -> None:
+    """`kubectl drain`'s request (policy/v1 Eviction) over HTTP."""
+    eviction = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": pod, "namespace": "default"},
+        "deleteOptions": {"gracePeriodSeconds": grace},
+    }
+    url = f"{c.k8s.url}/api/v1/namespaces/default/pods/{pod}/eviction"
+    async with aiohttp.ClientSession() as session, session.post(url, json=eviction) as answer:
+        assert answer.status == 201, await answer.text()
+
+
+async def test_evicting_every_pod_is_a_preemption_the_backoff_limit_does_not_pay(
+    operator: Cluster,
+) -> None:
+    """A drain evicts every pod of a running attempt (DisruptionTarget on each): the job says
+    Disrupted=True while they terminate; when the attempt then fails with no word from the
+    trainer (its driver was killed before it could report), it is Preempted: retried with
+    backoffLimit 0, preemptions 1."""
+    c, k8s = operator, operator.k8s
+    c.create(ppo_manifest("ppo-ev", runPolicy={"backoffLimit": 0}))
+    await c.until(lambda: c.ray_jobs("ppo-ev"), "RayJob")
+    c.kuberay("ppo-ev-r0", jobDeploymentStatus="Running", jobStatus="RUNNING")
+    await c.phase("ppo-ev", "Running")
+    pods = ["ppo-ev-r0-head-x1", "ppo-ev-r0-worker-y2"]
+    for name in pods:
+        body = _pod(name, "ppo-ev", 0)
+        body["spec"]["nodeName"] = "node-1"  # bound: deleted gracefully, as a kubelet runs it
+        k8s.create("pods", body, "default")
+        k8s.patch_status("pods", name, {"phase": "Running"}, "default")
+    for name in pods:
+        await _evict(c, name)
+    disrupted = await c.until(
+        lambda: c.conditions("ppo-ev").get("Disrupted") == ("True", "Preempted"),
+        "Disrupted=True",
+    )
+    assert disrupted
+    [said] = [x for x in c.status("ppo-ev")["conditions"] if x["type"] == "Disrupted"]
+    assert "ppo-ev-r0-head-x1" in said["message"]
+    assert "EvictionByEvictionAPI: Eviction API: evicting" in said["message"]
+    assert c.status("ppo-ev")["phase"] == "Running"  # checkpointing in its grace period
+    event = await c.until(lambda: _event(c, "ppo-ev", "Preempted"), "Preempted event")
+    assert event.type == "Warning" and "ppo-ev-r0-head-x1" in event.message
+    for name in pods:  # the kubelet finished: the pods are gone
+        k8s.delete("pods", name, "default", grace_period=0)
+    c.kuberay("ppo-ev-r0", jobDeploymentStatus="Complete", jobStatus="STOPPED", endTime=_now())
+    await c.until(
+        lambda: [r["metadata"]["name"] for r in c.ray_jobs("ppo-ev")] == ["ppo-ev-r1"],
+        "attempt 1 replaces attempt 0",
+        timeout=30,
+    )
+    status = await c.until(
+        lambda: (s := c.status("ppo-ev")).get("preemptions") == 1 and s, "preemption recorded"
+    )
+    assert (status["restarts"], status["preemptions"]) == (1, 1)
+    assert c.conditions("ppo-ev")["Restarted"] == ("True", "Preempted")
+    assert "Disrupted" not in c.conditions("ppo-ev")
+    assert "its pods were disrupted" in status["message"]

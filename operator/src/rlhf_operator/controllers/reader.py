@@ -103,6 +103,7 @@ class Reader:
             conflicts=blockers.conflicts,
             apply_failures=refused,
             pods=self._pods_for(key, body, observed),
+            disrupted=self._disrupted(key, body, observed),
         )
 
     def _producers(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Producer | None]:
@@ -174,6 +175,16 @@ class Reader:
                 key=lambda pod: pod.name,
             )
         )
+
+    def _disrupted(
+        self, key: Key, body: Mapping[str, Any], observed: Observed
+    ) -> tuple[PodObservation, ...]:
+        """The pods of the current attempt with a DisruptionTarget condition (an eviction, a
+        drain, a preemption): the attempt is being preempted, whatever the trainer manages to
+        say before its pods go."""
+        attempt = str(_attempt(body, observed))
+        pods = (pod for label, pod in list(self.pods.get(key) or ()) if label == attempt)
+        return tuple(sorted((p for p in pods if p.disruption), key=lambda pod: pod.name))
 
     def forget(self, key: Key) -> None:
         self._blockers.pop(key, None)

@@ -93,6 +93,36 @@ def classify(current: RayJobObservation, report: TrainerReport | None) -> Verdic
     return Verdict(failure, code, bounded(current.failure))
 
 
+def disruption_verdict(verdict: Verdict | None, disruption: str | None) -> Verdict | None:
+    """The class of a failed attempt whose pods were disrupted (`disruption`: what the
+    Disrupted condition says). Preempted, as batch/v1 Jobs' podFailurePolicy treats
+    DisruptionTarget, when the trainer did not say or blamed the infrastructure (ranks lost
+    with their pods); a class the trainer found itself (its spec, a guardrail, a preemption
+    it checkpointed) stands."""
+    if disruption is None:
+        return verdict
+    if verdict is not None and verdict.failure_class is not FailureClass.INFRASTRUCTURE:
+        return verdict
+    code = verdict.exit_code if verdict is not None else None
+    return Verdict(FailureClass.PREEMPTED, code, bounded(f"its pods were disrupted: {disruption}"))
+
+
+def describe_disruption(pods: Iterable[PodObservation]) -> str | None:
+    """`pod a: EvictionByEvictionAPI: Eviction API: evicting (and 2 more)`: the pods being
+    disrupted, those with the same cause named once; None when none is."""
+    grouped: dict[str, list[str]] = {}
+    for pod in pods:
+        if pod.disruption:
+            grouped.setdefault(pod.disruption, []).append(pod.name)
+    if not grouped:
+        return None
+    parts = []
+    for cause, names in grouped.items():
+        more = f" (and {len(names) - 1} more)" if len(names) > 1 else ""
+        parts.append(f"pod {names[0]}{more}: {cause}")
+    return bounded("; ".join(parts))
+
+
 def unclassified(current: RayJobObservation) -> Verdict:
     """No word from the trainer nor an exit code (a lost node, a deleted head pod)."""
     return Verdict(FailureClass.INFRASTRUCTURE, None, bounded(current.failure))

@@ -54,6 +54,8 @@ _ANNOUNCED: dict[tuple[ConditionType, ConditionStatus], dict[ConditionReason | N
     (_C.INPUTS_READY, _T): {None: _N},
     (_C.INPUTS_READY, _F): {_R.WAITING_FOR_JOB: _N, _R.INPUT_JOB_FAILED: _W},
     (_C.RESTARTED, _T): {_R.PREEMPTED: _N, None: _W},
+    # The attempt's pods are being evicted or preempted: it checkpoints and is retried.
+    (_C.DISRUPTED, _T): {None: _W},
     # A guardrail trip; the Event quotes the metric, its values and the bound (the message).
     (_C.HEALTHY, _F): dict.fromkeys(GUARD_REASONS.values(), _W),
     (_C.HEALTHY, _T): {_R.GUARDRAIL_RESUMED: _N},

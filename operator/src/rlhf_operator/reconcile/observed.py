@@ -182,17 +182,28 @@ class PodProblem:
     message: str
 
 
+# The pod condition the API server (Eviction API, scheduler preemption) or the node (taint
+# manager, kubelet shutdown or eviction) sets on a pod it is about to delete (Kubernetes >= 1.26).
+DISRUPTION_TARGET = "DisruptionTarget"
+
+
 @dataclass(frozen=True)
 class PodObservation:
     name: str
     phase: str = ""
     problems: tuple[PodProblem, ...] = ()
+    # "EvictionByEvictionAPI: Eviction API: evicting" while DisruptionTarget is True.
+    disruption: str | None = None
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> PodObservation:
         status = obj.get("status") or {}
         problems: list[PodProblem] = []
+        disruption = None
         for cond in status.get("conditions") or []:
+            if (cond.get("type"), cond.get("status")) == (DISRUPTION_TARGET, "True"):
+                said = [str(p) for p in (cond.get("reason"), cond.get("message")) if p]
+                disruption = ": ".join(said) or DISRUPTION_TARGET
             if (cond.get("type"), cond.get("status")) == ("PodScheduled", "False") and cond.get(
                 "reason"
             ) == "Unschedulable":
@@ -211,6 +222,7 @@ class PodObservation:
             name=str((obj.get("metadata") or {}).get("name", "")),
             phase=str(status.get("phase") or ""),
             problems=tuple(problems),
+            disruption=disruption,
         )
 
 
@@ -284,6 +296,9 @@ class Observed:
     apply_failures: tuple[ApplyFailure, ...] = ()
     # The pods of the current attempt while it starts (from the pod watch).
     pods: tuple[PodObservation, ...] = ()
+    # The pods of the current attempt that are being disrupted (DisruptionTarget=True: evicted,
+    # preempted, their node drained or lost), whatever the attempt's state.
+    disrupted: tuple[PodObservation, ...] = ()
     # The trainer's report (its ConfigMap, validated); None while there is none.
     report: TrainerReport | None = None
     # The RLHFJobs the spec names with `fromJob` (from the watch cache); None: no such job.

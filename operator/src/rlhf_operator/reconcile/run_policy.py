@@ -23,6 +23,8 @@ from .diagnosis import (
     Verdict,
     bounded,
     classify,
+    describe_disruption,
+    disruption_verdict,
     kuberay_diagnosis,
     pod_diagnosis,
     unclassified,
@@ -84,6 +86,7 @@ class Machine:
         self.preemptions = prev.preemptions
         self.guardrail_trips = prev.guardrail_trips
         ended = current if current is not None and (current.failed or current.succeeded) else None
+        self._note_disruption(current, attempt)
         if current is not None and current.succeeded:
             phase, message = self._succeeded(current)
         elif current is not None and current.failed:
@@ -155,8 +158,24 @@ class Machine:
                     f"RayJob {current.name} failed: waiting for the trainer's report",
                 )
             verdict = unclassified(current)
+        # Lost with its pods (an eviction, a drain): a preemption, whatever broke in the ranks.
+        verdict = disruption_verdict(verdict, self._disruption()) or verdict
         self.failed_now = True
         return self._after_failure(current, attempt, verdict)
+
+    def _note_disruption(self, current: RayJobObservation | None, attempt: int) -> None:
+        """Disrupted=True while the pod watch shows the attempt's pods being disrupted (their
+        DisruptionTarget condition), kept once they are gone: the attempt's failure, which
+        KubeRay reports later, is then a preemption."""
+        said = describe_disruption(self.observed.disrupted)
+        if said is None or current is None or current.succeeded:
+            return
+        message = bounded(f"attempt {attempt} (RayJob {current.name}): {said}")
+        self.conds.set(ConditionType.DISRUPTED, T, R.PREEMPTED, message)
+
+    def _disruption(self) -> str | None:
+        disrupted = self.conds.get(ConditionType.DISRUPTED)
+        return disrupted.message if disrupted is not None and disrupted.status is T else None
 
     def _after_failure(
         self, current: RayJobObservation, attempt: int, verdict: Verdict
@@ -219,6 +238,7 @@ class Machine:
         self.conds.set(ConditionType.RUNNING, F, reason, message)
         self.conds.set(ConditionType.CLUSTER_READY, F, R.CLUSTER_SHUT_DOWN, "attempt ended")
         self.conds.drop(ConditionType.ADMITTED)
+        self.conds.drop(ConditionType.DISRUPTED)  # it spoke of the attempt that ended
         return Phase.PENDING
 
     def _finish_failed(self, reason: ConditionReason, message: str) -> Phase:

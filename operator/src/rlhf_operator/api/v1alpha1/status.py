@@ -47,6 +47,11 @@ class ConditionType(StrEnum):
     # False: a training-health guardrail (runPolicy.guardrails) tripped; the reason names the
     # guard, the message quotes the metric, its values and the bound.
     HEALTHY = "Healthy"
+    # True while the current attempt's pods are being disrupted (their DisruptionTarget
+    # condition: an eviction, a node drain, a preemption, a lost node); the message names the
+    # pods and the cause. A failure of that attempt is classed Preempted, not charged to
+    # runPolicy.backoffLimit. Dropped when the next attempt starts.
+    DISRUPTED = "Disrupted"
 
 
 class ConditionStatus(StrEnum):
