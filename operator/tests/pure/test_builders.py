@@ -272,3 +272,31 @@ def test_rendering_is_deterministic() -> None:
     job: RLHFJob = make_job()
     first = render_children(job, SETTINGS).all
     assert render_children(job, SETTINGS).all == first
+
+
+def test_job_yaml_is_rendered_once_per_config_and_matches_pyyaml(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from rlhf_operator.builders import configmap
+
+    monkeypatch.setattr(configmap, "_RENDERED", type(configmap._RENDERED)())
+    monkeypatch.setattr(configmap, "RENDERED_CACHE_SIZE", 2)
+    dumps: list[object] = []
+    real_dump = yaml.dump
+
+    def counted(data: object, **kwargs: Any) -> Any:
+        dumps.append(data)
+        return real_dump(data, **kwargs)
+
+    monkeypatch.setattr(yaml, "dump", counted)
+    first, other = make_job(), make_job(name="other-job")
+    text = configmap.render_job_yaml(first)
+    assert configmap.render_job_yaml(first) == text  # the same config: no second render
+    assert len(dumps) == 1
+    assert text == real_dump(
+        configmap.pod_job_config(first), Dumper=configmap._Dumper, sort_keys=False
+    )
+    assert configmap.render_job_yaml(other) != text
+    configmap.render_job_yaml(make_job(name="third-job"))
+    assert len(configmap._RENDERED) == 2  # bounded: the least recently used went
+    assert configmap.render_job_yaml(first) == text and len(dumps) == 4
