@@ -155,4 +155,5 @@ def test_a_succeeded_job_names_where_its_results_are() -> None:
         "metrics": "pvc://ppo-7b-checkpoints/ppo-7b/output/metrics.jsonl",
         "tensorboard": "pvc://ppo-7b-checkpoints/ppo-7b/output/tensorboard",
         "uploaded": "s3://models/team-a/ppo-7b",
+        "best": None,
     }

@@ -40,6 +40,8 @@ def _cel_list(algorithms: frozenset[AlgorithmName]) -> str:
 
 GROUP = _cel_list(GROUP_ALGORITHMS)
 ONLINE = _cel_list(ONLINE_ALGORITHMS)
+# Online algorithms that learn from reward sources (on-policy distillation's is the teacher).
+REWARDED = _cel_list(frozenset(a for a in AlgorithmName if a.needs_reward_source))
 # Online algorithms that train on every sample of a step (an iterative round trains on what
 # it selected, however many).
 EVERY_SAMPLE = _cel_list(ONLINE_ALGORITHMS - ITERATIVE_ALGORITHMS)
@@ -171,11 +173,12 @@ RULES: dict[str, list[Rule]] = {
             "fieldPath": ".rollout.samplesPerPrompt",
         },
         {
-            "rule": f"!(self.algorithm.name in {ONLINE}) || "
+            "rule": f"!(self.algorithm.name in {REWARDED}) || "
             "(has(self.models.rewardModels) && size(self.models.rewardModels) > 0) || "
             "has(self.models.rewardFunction) || has(self.models.remoteReward) || "
             "has(self.models.graderReward)",
-            "message": "online algorithms need a reward source: set models.rewardModels, "
+            "message": "online algorithms (but on-policy-distillation) need a reward source: "
+            "set models.rewardModels, "
             "models.rewardFunction, models.remoteReward or models.graderReward",
             "fieldPath": ".models",
         },

@@ -6,7 +6,14 @@ Kubernetes parts). Both validate cross-field rules and report problems by field 
 
 from .algorithm import AlgorithmConfig, AlgorithmName, KLEstimator, LossAggregation
 from .base import ConfigModel, Problem
-from .checkpoint import RESUME_LATEST, CheckpointConfig, CheckpointStorage, ResumePolicy
+from .checkpoint import (
+    RESUME_LATEST,
+    BestMode,
+    CheckpointConfig,
+    CheckpointStorage,
+    KeepBest,
+    ResumePolicy,
+)
 from .cluster import EgressPolicy, EnvVar, NetworkConfig, RunPolicy, SecretKeyRef, SecretRefs
 from .data import DataConfig, DatasetSource
 from .errors import validation_messages
@@ -50,6 +57,7 @@ __all__ = [
     "AlgorithmConfig",
     "AlgorithmName",
     "AttnImplementation",
+    "BestMode",
     "CheckpointConfig",
     "CheckpointStorage",
     "ConfigModel",
@@ -64,6 +72,7 @@ __all__ = [
     "JobConfig",
     "JobSpec",
     "KLEstimator",
+    "KeepBest",
     "LRScheduler",
     "Layout",
     "LayoutError",

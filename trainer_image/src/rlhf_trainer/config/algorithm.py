@@ -18,6 +18,9 @@ class AlgorithmName(StrEnum):
     REINFORCE_PP = "reinforce++"
     REINFORCE_PP_BASELINE = "reinforce++-baseline"
     RLOO = "rloo"
+    # The student samples, a frozen teacher scores its tokens: per-token reward
+    # -(logp_student - logp_teacher), the negative reverse KL (Thinking Machines, 2025).
+    ON_POLICY_DISTILLATION = "on-policy-distillation"
     # Iterative (rounds of generate -> score -> select -> train with an offline objective).
     REJECTION_SAMPLING = "rejection-sampling"
     ITERATIVE_DPO = "iterative-dpo"
@@ -52,6 +55,16 @@ class AlgorithmName(StrEnum):
         return self in GROUP_ALGORITHMS
 
     @property
+    def needs_teacher(self) -> bool:
+        return self in TEACHER_ALGORITHMS
+
+    @property
+    def needs_reward_source(self) -> bool:
+        """Online algorithms learn from rewards, except on-policy distillation, whose
+        per-token reward is the teacher's."""
+        return self.is_online and self is not AlgorithmName.ON_POLICY_DISTILLATION
+
+    @property
     def needs_reference(self) -> bool:
         return self not in NO_REFERENCE_ALGORITHMS
 
@@ -73,13 +86,14 @@ ONLINE_ALGORITHMS = frozenset(
         AlgorithmName.REINFORCE_PP,
         AlgorithmName.REINFORCE_PP_BASELINE,
         AlgorithmName.RLOO,
+        AlgorithmName.ON_POLICY_DISTILLATION,
         AlgorithmName.REJECTION_SAMPLING,
         AlgorithmName.ITERATIVE_DPO,
     }
 )
 ITERATIVE_ALGORITHMS = frozenset({AlgorithmName.REJECTION_SAMPLING, AlgorithmName.ITERATIVE_DPO})
 # Trainers that compare with no frozen reference policy (rejection sampling fine-tunes on its
-# selected samples; distillation's frozen model is its teacher, a role of its own).
+# selected samples; the distillations' frozen model is their teacher, a role of its own).
 NO_REFERENCE_ALGORITHMS = frozenset(
     {
         AlgorithmName.SFT,
@@ -87,9 +101,12 @@ NO_REFERENCE_ALGORITHMS = frozenset(
         AlgorithmName.REJECTION_SAMPLING,
         AlgorithmName.CONDITIONAL_SFT,
         AlgorithmName.DISTILLATION,
+        AlgorithmName.ON_POLICY_DISTILLATION,
         AlgorithmName.PRM,
     }
 )
+# Trainers that learn from a frozen teacher (`models.teacher`, placed on its own ranks).
+TEACHER_ALGORITHMS = frozenset({AlgorithmName.DISTILLATION, AlgorithmName.ON_POLICY_DISTILLATION})
 GROUP_ALGORITHMS = frozenset(
     {
         AlgorithmName.GRPO,

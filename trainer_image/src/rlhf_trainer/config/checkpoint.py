@@ -55,11 +55,37 @@ class CheckpointStorage(ConfigModel):
         return self
 
 
+class BestMode(StrEnum):
+    MAX = "max"
+    MIN = "min"
+
+
+class KeepBest(ConfigModel):
+    """`checkpoint.keepBest`: keep the checkpoint whose step scored best on `metric` besides
+    the newest `keep` ones (it is never rotated away) and export it as `best/` beside
+    `final/`. Every evaluation step is then a checkpoint step too, so each score has its
+    checkpoint."""
+
+    metric: str = Field(
+        min_length=1,
+        max_length=128,
+        pattern=r"^[A-Za-z0-9_./@-]+$",
+        description="A metric the steps report, e.g. eval/pass@1 or eval/mean_reward "
+        "(metrics.jsonl names).",
+    )
+    mode: BestMode = Field(BestMode.MAX, description="max: higher is better; min: lower.")
+
+
 class CheckpointConfig(ConfigModel):
     every_steps: int | None = Field(
         None, gt=0, description="Save every N steps (always at the end)."
     )
     keep: int = Field(3, ge=1, le=1000, description="Checkpoints kept; older ones are removed.")
+    keep_best: KeepBest | None = Field(
+        None,
+        description="Also keep (and export as best/) the checkpoint that scored best on a "
+        "metric, e.g. {metric: eval/pass@1, mode: max}; unset: only the newest `keep`.",
+    )
     resume: ResumePolicy = ResumePolicy.AUTO
     resume_from: str | None = Field(
         None,

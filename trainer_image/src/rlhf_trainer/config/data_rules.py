@@ -11,6 +11,7 @@ from .base import Problem
 from .builtins import BUILTIN_REWARD_NAMES, BUILTIN_TASK_NAMES, builtin_problem
 from .data import DataFormat
 from .data_size import fixed_steps, known_train_rows, step_basis, too_little_data
+from .report import EVAL_PREFIX
 
 if TYPE_CHECKING:
     from .job import JobConfig
@@ -46,12 +47,31 @@ def eval_problems(cfg: JobConfig) -> list[Problem]:
     t, algo = cfg.training, cfg.algorithm.name
     out: list[Problem] = []
     if cfg.data.eval and (not algo.is_online or algo.is_iterative):
-        rl = ", ".join(sorted(a.value for a in ONLINE_ALGORITHMS - ITERATIVE_ALGORITHMS))
+        evaluated = ONLINE_ALGORITHMS - ITERATIVE_ALGORITHMS
+        rl = ", ".join(sorted(a.value for a in evaluated if a.needs_reward_source))
         out.append(
             Problem(
                 "data.eval",
                 f"evaluation during training runs in the RL loop ({rl}); it is not implemented "
                 f"for algorithm {algo.value}: remove it",
+            )
+        )
+    if cfg.data.eval and not algo.needs_reward_source and algo.is_online:
+        out.append(
+            Problem(
+                "data.eval",
+                "evaluation scores responses with the job's reward sources, and algorithm "
+                f"{algo.value} has none (its reward is the teacher's): remove it; "
+                "distill/reverse_kl is reported every step",
+            )
+        )
+    best = cfg.checkpoint.keep_best
+    if best is not None and best.metric.startswith(EVAL_PREFIX) and not cfg.data.eval:
+        out.append(
+            Problem(
+                "checkpoint.keepBest.metric",
+                f"{best.metric} is reported by evaluations on data.eval prompts: set data.eval "
+                "(and training.evalEverySteps), or keep the best by a training metric",
             )
         )
     for field, value in (("evalEverySteps", t.eval_every_steps), ("evalSamples", t.eval_samples)):

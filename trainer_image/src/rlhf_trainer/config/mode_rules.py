@@ -29,12 +29,13 @@ def mode_problems(cfg: JobConfig) -> list[Problem]:
 
 def auto_mode_problems(cfg: JobConfig) -> list[Problem]:
     """What `placement.auto` cannot plan (checked before it plans)."""
-    if cfg.algorithm.name is AlgorithmName.DISTILLATION:
+    if cfg.algorithm.name.needs_teacher:
         return [
             Problem(
                 "placement.auto",
-                "does not place a distillation teacher yet: set placement.actorGpus and "
-                "placement.teacherGpus (and colocateActorReference) yourself",
+                f"does not place a teacher ({cfg.algorithm.name.value}) yet: set "
+                "placement.actorGpus and placement.teacherGpus (and colocateActorReference) "
+                "yourself",
             )
         ]
     return []
@@ -49,19 +50,36 @@ def _conditional_problems(cfg: JobConfig) -> list[Problem]:
 
 def _teacher_problems(cfg: JobConfig) -> list[Problem]:
     algo, teacher = cfg.algorithm.name, cfg.models.teacher
-    if algo is AlgorithmName.DISTILLATION and teacher is None:
+    if algo.needs_teacher and teacher is None:
+        what = (
+            "scores the student's sampled tokens with a teacher's log-probs"
+            if algo.is_online
+            else "learns from a teacher's token distributions"
+        )
         return [
             Problem(
                 "models.teacher",
-                "algorithm distillation learns from a teacher's token distributions: set "
-                "models.teacher (pretrained or randomInit), a model with the actor's vocabulary",
+                f"algorithm {algo.value} {what}: set models.teacher (pretrained or "
+                "randomInit), a model with the actor's tokenizer",
             )
         ]
-    if algo is not AlgorithmName.DISTILLATION and teacher is not None:
+    if not algo.needs_teacher and teacher is not None:
         return [
             Problem(
                 "models.teacher",
-                f"only algorithm distillation uses a teacher (got {algo.value}): remove it",
+                f"only algorithms distillation and on-policy-distillation use a teacher (got "
+                f"{algo.value}): remove it",
+            )
+        ]
+    student = cfg.models.actor.random_init
+    tiny = teacher.random_init if teacher is not None else None
+    if tiny is not None and student is not None and tiny.vocab_size != student.vocab_size:
+        return [
+            Problem(
+                "models.teacher.randomInit.vocabSize",
+                "the teacher must share the actor's tokenizer (its log-probs are read at the "
+                f"actor's token ids): got {tiny.vocab_size}, the actor's is "
+                f"{student.vocab_size}",
             )
         ]
     return []

@@ -14,8 +14,8 @@ if TYPE_CHECKING:
 
 
 def reward_source_problems(cfg: JobConfig) -> list[Problem]:
-    algo = cfg.algorithm.name
-    if algo.is_online and not cfg.models.has_reward_source:
+    algo, m = cfg.algorithm.name, cfg.models
+    if algo.needs_reward_source and not m.has_reward_source:
         return [
             Problem(
                 "models",
@@ -23,7 +23,24 @@ def reward_source_problems(cfg: JobConfig) -> list[Problem]:
                 "rewardFunction, remoteReward or graderReward",
             )
         ]
-    if not algo.is_online and cfg.models.has_reward_source:
+    if algo.is_online and not algo.needs_reward_source:
+        # On-policy distillation: the teacher's per-token log-probs are the whole reward.
+        sources = {
+            "rewardModels": bool(m.reward_models),
+            "rewardFunction": m.reward_function is not None,
+            "remoteReward": m.remote_reward is not None,
+            "graderReward": m.grader_reward is not None,
+        }
+        return [
+            Problem(
+                f"models.{name}",
+                f"algorithm {algo.value} is rewarded by the teacher alone (per token, "
+                "-(logp_student - logp_teacher)); it uses no reward source: remove it",
+            )
+            for name, present in sources.items()
+            if present
+        ]
+    if not algo.is_online and m.has_reward_source:
         return [
             Problem(
                 "models",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .algorithm import AlgorithmName
 from .rollout import RolloutEngine
 
 if TYPE_CHECKING:
@@ -34,14 +33,14 @@ def uses_reference(cfg: JobConfig) -> bool:
 
 def active_roles(cfg: JobConfig) -> tuple[str, ...]:
     """The roles this spec runs, in ROLE_ORDER: no reference without a KL term or for SFT and
-    reward-model training, a teacher for distillation only, no critic outside PPO, no reward
+    reward-model training, a teacher for the distillations only, no critic outside PPO, no reward
     devices without reward models, no rollout devices with `rollout.engine: hf` (it generates
     with the actor's own model)."""
     algo = cfg.algorithm.name
     roles = {ACTOR}
     if uses_reference(cfg):
         roles.add(REFERENCE)
-    if algo is AlgorithmName.DISTILLATION:
+    if algo.needs_teacher:
         roles.add(TEACHER)
     if algo.needs_critic:
         roles.add(CRITIC)

@@ -3,6 +3,7 @@
 from .reasons import ConditionReason, EventReason, EventType
 from .status import (
     Allocation,
+    BestOutput,
     Condition,
     ConditionStatus,
     ConditionType,
@@ -11,6 +12,7 @@ from .status import (
     Phase,
     RayJobRef,
     RLHFJobStatus,
+    TrainerBest,
     TrainerCheckpoint,
     TrainerEval,
     TrainerOutcome,
@@ -29,6 +31,7 @@ __all__ = [
     "SINGULAR",
     "VERSION",
     "Allocation",
+    "BestOutput",
     "Condition",
     "ConditionReason",
     "ConditionStatus",
@@ -41,6 +44,7 @@ __all__ = [
     "RLHFJob",
     "RLHFJobStatus",
     "RayJobRef",
+    "TrainerBest",
     "TrainerCheckpoint",
     "TrainerEval",
     "TrainerOutcome",

@@ -139,6 +139,16 @@ class TrainerEval(ConfigModel):
     )
 
 
+class TrainerBest(ConfigModel):
+    """The checkpoint that scored best on `checkpoint.keepBest.metric` so far (kept whatever
+    `checkpoint.keep` says, and exported as `best/` beside `final/`)."""
+
+    step: int = Field(ge=0, description="The step of the best checkpoint.")
+    metric: str = Field(description="checkpoint.keepBest.metric.")
+    score: float = Field(description="Its value at that step.")
+    checkpoint: str = Field(description="The checkpoint directory (in the trainer's pods).")
+
+
 class TrainerReport(ConfigModel):
     """Written by the trainer (merge-patch of status.trainer); read by the operator."""
 
@@ -151,6 +161,7 @@ class TrainerReport(ConfigModel):
     eta_seconds: float | None = None
     checkpoints: list[TrainerCheckpoint] = Field(default_factory=list)
     eval: TrainerEval | None = None
+    best: TrainerBest | None = None
     history: dict[str, HistorySeries] | None = Field(
         None,
         max_length=len(HISTORY_METRICS),
@@ -185,6 +196,17 @@ class Usage(ConfigModel):
     )
 
 
+class BestOutput(ConfigModel):
+    """`checkpoint.keepBest`: the best-scoring checkpoint's model, exported as `best/`."""
+
+    model: str | None = Field(
+        None, description="Its model, Hugging Face format (as output.model is the final one)."
+    )
+    step: int = Field(ge=0)
+    metric: str
+    score: float
+
+
 class JobOutput(ConfigModel):
     """Where a succeeded job's results are; they outlive its pods. `pvc://<claim>/<path>`
     locations can be given as another job's model or data (`models.actor.pretrained`)."""
@@ -194,6 +216,9 @@ class JobOutput(ConfigModel):
     tensorboard: str | None = None
     uploaded: str | None = Field(
         None, description="spec.output.uri: the s3:// copy of final/, metrics and logs."
+    )
+    best: BestOutput | None = Field(
+        None, description="With checkpoint.keepBest: the best checkpoint, its step and score."
     )
 
 
