@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 
 from emulator import Emulator
+from rlhf_operator.controllers import jobs
+from rlhf_operator.reconcile.decide import decide as jobs_decide
 
 from .harness import RAYJOBS, RLHFJOBS, Cluster, ppo_manifest, start_operator_process
 
@@ -100,8 +102,28 @@ async def test_deleting_the_job_removes_children_but_keeps_retained_checkpoints(
     await c.until(lambda: c.ray_jobs("ppo-x"), "RayJob of the new job on the kept claim")
 
 
-async def test_child_owned_by_someone_else_is_left_alone(operator: Cluster) -> None:
+async def test_child_owned_by_someone_else_is_left_alone(
+    operator: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
     c = operator
+    # Every pass decides once, also those whose apply finds or clears the conflict.
+    decided: list[str] = []
+    passes: list[int] = []
+    run_pass = jobs.Controller._pass
+
+    def deciding(*args: Any, **kwargs: Any) -> Any:
+        decided.append("decide")
+        return jobs_decide(*args, **kwargs)
+
+    async def one_pass(self: jobs.Controller, key: Any, body: Any) -> Any:
+        before = len(decided)
+        try:
+            return await run_pass(self, key, body)
+        finally:
+            passes.append(len(decided) - before)
+
+    monkeypatch.setattr(jobs, "decide", deciding)
+    monkeypatch.setattr(jobs.Controller, "_pass", one_pass)
     c.k8s.create(
         "configmaps",
         {
@@ -134,6 +156,7 @@ async def test_child_owned_by_someone_else_is_left_alone(operator: Cluster) -> N
     await c.until(
         lambda: c.conditions("ppo-o").get("Admitted") == ("True", "RayJobCreated"), "admitted"
     )
+    assert passes and set(passes) == {1}, passes
 
 
 NETWORK_POLICIES = "networkpolicies.networking.k8s.io"

@@ -20,7 +20,6 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -146,28 +145,26 @@ class Controller:
         parsed = parse(body, self.settings)  # once per pass: read by everything below
         observed = await self.reader.observe(key, parsed, self.applier.reported_failures(key))
         probably_new = not body.get("status") and not observed.ray_jobs
-        outcomes: list[Applied] = []
-        # A second round when applying found (or cleared) a conflict or a refusal: the
-        # decision depends on them (no RayJob while one of its children is missing).
-        for round_ in range(2):
-            decision = decide(parsed, observed, self.settings, self.clock())
-            writes = round_ == 0 and self.applier.would_send(key, decision.apply)
-            if writes and not await self._still_there(key, body):
-                return decision  # deleted (or replaced) meanwhile: act on nothing
-            applied, failures = await self.applier.apply_all(
-                key, decision.apply, probably_new=probably_new
-            )
-            outcomes += applied
-            conflicts = tuple(
-                f"{a.obj['kind']} {a.obj['metadata']['name']} ({a.owner})"
-                for a in outcomes
-                if a.outcome is Outcome.CONFLICT
-            )
-            if (conflicts, failures) == (observed.conflicts, observed.apply_failures):
-                break
+        decision = decide(parsed, observed, self.settings, self.clock())
+        if self.applier.would_send(key, decision.apply) and not await self._still_there(key, body):
+            return decision  # deleted (or replaced) meanwhile: act on nothing
+        outcomes, failures = await self.applier.apply_all(
+            key, decision.apply, probably_new=probably_new
+        )
+        conflicts = tuple(
+            f"{a.obj['kind']} {a.obj['metadata']['name']} ({a.owner})"
+            for a in outcomes
+            if a.outcome is Outcome.CONFLICT
+        )
+        # Applying found (or cleared) a conflict or a refusal, which the decision depends on
+        # (no RayJob while one of its children is missing or someone else's): the decision is
+        # stale. Its status is not written; the next pass, at once, decides with what was found.
+        stale = (set(conflicts), set(failures)) != (
+            set(observed.conflicts),
+            set(observed.apply_failures),
+        )
+        if stale:
             self.reader.set_conflicts(key, parsed, conflicts)
-            observed = replace(observed, conflicts=conflicts, apply_failures=failures)
-            outcomes = [a for a in outcomes if a.outcome is not Outcome.CONFLICT]
         self.applier.keep_only(key, decision.apply)
         for name in decision.delete_ray_jobs:
             ref = {
@@ -177,8 +174,10 @@ class Controller:
             }
             await self.api.delete(ref)
             self.applier.forget_child(key[0], "RayJob", name)
-        await self._write_status(key, body, decision)
-        events = list(decision.events) + _action_events(outcomes, decision.delete_ray_jobs)
+        if not stale:
+            await self._write_status(key, body, decision)
+        events = [] if stale else list(decision.events)
+        events += _action_events(outcomes, decision.delete_ray_jobs)
         if decision.delete_self:
             events.append(
                 Event(
@@ -194,6 +193,8 @@ class Controller:
             return decision
         # One timer per job: the earliest of everything that will want another look.
         waits = [] if decision.requeue_after is None else [decision.requeue_after]
+        if stale:
+            waits.append(0.0)
         if decision.waiting is not None or observed.conflicts:
             waits.append(self.settings.dependency_retry_seconds)
         waits += [r.retry_at - time.monotonic() for r in self.applier.refusals(key)]

@@ -141,8 +141,10 @@ class Reader:
         (once pods run, they hold what they mounted), at most every dependency_retry_seconds."""
         body, generation = parsed.body, parsed.generation
         known = self._blockers.get(key)
+        # Conflicts are what the last apply found, this generation's (`set_conflicts`).
+        conflicts = known.conflicts if known is not None and known.generation == generation else ()
         if observed.attempt(_attempt(body, observed)) is not None:
-            return Blockers(generation)
+            return Blockers(generation, conflicts=conflicts)
         fresh = (
             known is not None
             and known.generation == generation
@@ -156,7 +158,6 @@ class Reader:
         missing = tuple(
             [label for ref, label in dependencies(parsed) if await self.api.get(ref) is None]
         )
-        conflicts = known.conflicts if known is not None and known.generation == generation else ()
         self._blockers[key] = Blockers(generation, missing, conflicts, time.monotonic())
         return self._blockers[key]
 
