@@ -83,7 +83,18 @@ def test_with_pretrained_keeps_the_other_keys() -> None:
     )
     spec = JobSpec.model_validate(doc)
     assert job_references(spec) == {"actor": "sft-a"}
-    resolved = JobSpec.model_validate(with_pretrained(doc, {"actor": "pvc://c/sft-a/final"}))
+    resolved = with_pretrained(spec, {"actor": "pvc://c/sft-a/final"})
+    assert isinstance(resolved, JobSpec)
     assert resolved.models.actor.pretrained == "pvc://c/sft-a/final"
+    assert resolved.models.actor.from_job is None
     assert resolved.models.actor.trust_remote_code is True
-    assert doc["models"]["actor"]["fromJob"] == "sft-a"  # the input is not changed
+    assert resolved.models.reference == spec.models.reference
+    assert job_references(resolved) == {}
+    # The same spec as validating the edited manifest gives, and the input is not changed.
+    manifest = resolved.to_manifest()
+    assert JobSpec.model_validate(manifest) == resolved
+    assert manifest["models"]["actor"] == {
+        "pretrained": "pvc://c/sft-a/final",
+        "trustRemoteCode": True,
+    }
+    assert spec.models.actor.from_job == "sft-a"

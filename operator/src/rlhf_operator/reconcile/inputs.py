@@ -108,8 +108,9 @@ def with_inputs(job: RLHFJob, inputs: tuple[JobInput, ...]) -> RLHFJob:
     """`job` whose spec loads each resolved role from its location (`pretrained`)."""
     if not inputs:
         return job
-    doc = with_pretrained(job.spec.to_manifest(), {i.role: i.model for i in inputs})
-    return job.model_copy(update={"spec": JobSpec.model_validate(doc)})
+    return job.model_copy(
+        update={"spec": with_pretrained(job.spec, {i.role: i.model for i in inputs})}
+    )
 
 
 def pinned_inputs(body: Mapping[str, Any]) -> list[JobInput]:

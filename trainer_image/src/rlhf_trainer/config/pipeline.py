@@ -164,5 +164,4 @@ def local_stage_config(stage: PipelineStage, exports: Mapping[str, str]) -> JobC
     """The job config `rlhf run` runs for a stage: `fromStage: x` -> `pretrained: <x's
     export directory>` (`exports`: stage -> its final model on this machine)."""
     refs = stage_references(stage.spec)
-    doc = with_pretrained(stage.spec.to_manifest(), {r: exports[s] for r, s in refs.items()})
-    return JobSpec.model_validate(doc).job_config()
+    return with_pretrained(stage.spec, {r: exports[s] for r, s in refs.items()}).job_config()

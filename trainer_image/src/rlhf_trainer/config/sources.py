@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .base import Problem
 
 if TYPE_CHECKING:
     from .job import JobConfig
     from .models import ModelSource
+
+C = TypeVar("C", bound="JobConfig")
 
 # pydantic validation context key: set while validating an RLHFPipeline's stages, where
 # `fromStage` is allowed.
@@ -102,6 +104,25 @@ def replace_sources(
     return out
 
 
-def with_pretrained(doc: Mapping[str, Any], locations: Mapping[str, str]) -> dict[str, Any]:
-    """`replace_sources` with `pretrained: <location>` for each role of `locations`."""
-    return replace_sources(doc, {role: {"pretrained": loc} for role, loc in locations.items()})
+def with_pretrained(cfg: C, locations: Mapping[str, str]) -> C:
+    """`cfg` in which each role of `locations` loads `pretrained: <location>` instead of the
+    source written; the source's other fields (trustRemoteCode, a reward model's weight)
+    stay. A typed copy: exactly one source holds by construction, nothing is parsed again."""
+    if not locations:
+        return cfg
+    loaded = {"from_job": None, "from_stage": None, "random_init": None, "revision": None}
+    models = cfg.models
+    rewards = list(models.reward_models)
+    update: dict[str, Any] = {}
+    for role, location in locations.items():
+        change = {**loaded, "pretrained": location}
+        if role.startswith("rewardModels["):
+            i = int(role[len("rewardModels[") : -1])
+            rewards[i] = rewards[i].model_copy(update=change)
+        else:
+            source = getattr(models, role)
+            if source is None:
+                raise ValueError(f"models.{role}: no source to load {location!r} into")
+            update[role] = source.model_copy(update=change)
+    update["reward_models"] = rewards
+    return cfg.model_copy(update={"models": models.model_copy(update=update)})
