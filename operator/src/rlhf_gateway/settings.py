@@ -38,6 +38,17 @@ class CatalogModel(ConfigModel):
     created: int = Field(0, ge=0, description="Unix seconds shown as the model's `created`.")
 
 
+class ScoreModel(ConfigModel):
+    """A reward model the platform serves to `score_model` graders: the id a grader's `model`
+    names, and where its weights come from (a sequence-scoring reward model, as
+    `spec.models.rewardModels` takes it, sharing the tokenizer of the catalog's models). A
+    job whose grader names it gets it as its reward model (`scoreRange` = the grader's range)."""
+
+    id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
+    source: ModelSource
+    description: str | None = Field(None, max_length=512)
+
+
 class FilesConfig(ConfigModel):
     """Where uploaded files live: `s3://bucket/prefix` (with the object store settings jobs
     get as `spec.objectStore`) or `pvc://claim/path`, a ReadWriteMany volume the gateway
@@ -87,17 +98,28 @@ class GatewaySettings(ConfigModel):
         "(a ServiceAccount's namespace is its tenant's).",
     )
     max_jobs_listed: int = Field(100, gt=0, le=1000, description="Upper bound of `limit`.")
+    score_models: list[ScoreModel] = Field(
+        default_factory=list,
+        description="Reward models that score_model graders may name (none: such graders "
+        "are refused, naming grader.model).",
+    )
 
     @model_validator(mode="after")
     def _unique_ids(self) -> Self:
-        ids = [m.id for m in self.catalog]
-        dupes = sorted({i for i in ids if ids.count(i) > 1})
-        if dupes:
-            raise ValueError(f"catalog: model ids must be unique (repeated: {', '.join(dupes)})")
+        for where, entries in (("catalog", self.catalog), ("scoreModels", self.score_models)):
+            ids = [m.id for m in entries]
+            dupes = sorted({i for i in ids if ids.count(i) > 1})
+            if dupes:
+                raise ValueError(
+                    f"{where}: model ids must be unique (repeated: {', '.join(dupes)})"
+                )
         return self
 
     def catalog_model(self, model_id: str) -> CatalogModel | None:
         return next((m for m in self.catalog if m.id == model_id), None)
+
+    def score_model(self, model_id: str) -> ScoreModel | None:
+        return next((m for m in self.score_models if m.id == model_id), None)
 
 
 class SettingsError(ValueError):

@@ -134,7 +134,7 @@ def test_multi_takes_a_single_grader_object_as_the_sdk_types_it() -> None:
                 "input": [{"role": "user", "content": "hi"}],
                 "range": [1, 0],
             },
-            "grader: Value error, range must be [low, high]",
+            "grader.range: Value error, must be [low, high] with low < high",
         ),
     ],
 )
@@ -281,7 +281,7 @@ def test_a_grader_is_a_reward_source_of_an_online_job() -> None:
                 "model": "judge",
                 "input": [{"role": "user", "content": "x"}],
             },
-            "models.graderReward.grader.model: score_model graders need a score model",
+            "models.graderReward.grader.model: 'judge': a job spec has no score models to name",
         ),
     ],
 )

@@ -158,11 +158,12 @@ class ScoreModelGrader(OpenAIModel):
     range: tuple[float, float] | None = Field(None, description="Score range; default [0, 1].")
     sampling_params: SamplingParams | None = None
 
-    @model_validator(mode="after")
-    def _range_ordered(self) -> Self:
-        if self.range is not None and not self.range[0] < self.range[1]:
-            raise ValueError(f"range must be [low, high] with low < high; got {list(self.range)}")
-        return self
+    @field_validator("range")
+    @classmethod
+    def _range_ordered(cls, value: tuple[float, float] | None) -> tuple[float, float] | None:
+        if value is not None and not value[0] < value[1]:
+            raise ValueError(f"must be [low, high] with low < high; got {list(value)}")
+        return value
 
 
 SubGrader = Annotated[

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .base import Problem
-from .graders import score_model_problems
+from .graders import score_model_names
 
 if TYPE_CHECKING:
     from .job import JobConfig
@@ -67,11 +67,16 @@ def remote_reward_problems(cfg: JobConfig) -> list[Problem]:
 
 def grader_problems(cfg: JobConfig) -> list[Problem]:
     """A score_model grader names a reward model the platform configured (the gateway's
-    catalog); a job spec has no such catalog, so the trainer refuses it, naming the field."""
+    scoreModels, which it turns into `rewardModels` with `scoreRange`); a job spec has no such
+    list, so inside graderReward it is refused, naming the field and what to write instead."""
     reward = cfg.models.grader_reward
     if reward is None:
         return []
     return [
-        Problem(f"models.graderReward.grader.{path}", message)
-        for path, message in score_model_problems(reward.grader, configured=())
+        Problem(
+            f"models.graderReward.grader.{path}",
+            f"{model!r}: a job spec has no score models to name; put the reward model in "
+            "models.rewardModels (scoreRange: [low, high] gives a score_model's range)",
+        )
+        for path, model in score_model_names(reward.grader)
     ]
