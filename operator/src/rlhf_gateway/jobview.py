@@ -20,6 +20,7 @@ from rlhf_trainer.config import AlgorithmName
 from .jobrequest import METADATA_ANNOTATION, REQUEST_ANNOTATION
 
 CANCELLED_ANNOTATION = "rlhf.dev/cancelled-at"
+SUSPENDED_BY_USER = "SuspendedByUser"  # the operator's Suspended condition reason
 MODEL_DELETED_ANNOTATION = "rlhf.dev/model-deleted-at"
 JOB_PREFIX = "ftjob-"
 Status = Literal[
@@ -86,8 +87,13 @@ def job_status(job: dict[str, Any]) -> Status:
         return "succeeded"
     if phase == "Failed" or _conditions(job).get("Valid", {}).get("status") == "False":
         return "failed"
-    if phase == "Suspended" or ((job.get("spec") or {}).get("runPolicy") or {}).get("suspend"):
+    if ((job.get("spec") or {}).get("runPolicy") or {}).get("suspend"):
         return "paused"
+    if phase == "Suspended":
+        # Resumed by the tenant (spec no longer suspended), not yet started again by the
+        # operator: queued. Held for another reason (a guardrail, a queue): still paused.
+        suspended = _conditions(job).get("Suspended", {})
+        return "queued" if suspended.get("reason") == SUSPENDED_BY_USER else "paused"
     if phase == "Running":
         return "running"
     if _conditions(job).get("Valid", {}).get("status") == "True":

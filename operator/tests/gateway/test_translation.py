@@ -136,6 +136,18 @@ def job(phase: str | None = None, **extra: Any) -> dict[str, Any]:
         (job("Running"), "running"),
         (job("Suspended"), "paused"),
         (job("Running", spec={"runPolicy": {"suspend": True}}), "paused"),
+        (
+            job("Suspended", conditions=[{"type": "Suspended", "reason": "SuspendedByUser"}]),
+            "queued",
+        ),
+        (
+            job(
+                "Suspended",
+                spec={"runPolicy": {"suspend": True}},
+                conditions=[{"type": "Suspended", "reason": "SuspendedByUser"}],
+            ),
+            "paused",
+        ),
         (job("Succeeded"), "succeeded"),
         (job("Failed"), "failed"),
         (
@@ -160,6 +172,8 @@ def job(phase: str | None = None, **extra: Any) -> dict[str, Any]:
         "running",
         "suspended",
         "suspend-asked",
+        "resumed-not-yet-restarted",
+        "paused-by-the-user",
         "succeeded",
         "failed",
         "invalid",
