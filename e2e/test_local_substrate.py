@@ -4,6 +4,7 @@ command-line rules, and the images it maps to this repository's Dockerfiles."""
 
 from __future__ import annotations
 
+import copy
 import sys
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,26 @@ def test_ray_start_lines_are_kuberays() -> None:
     ]
     assert worker["metadata"]["generateName"] == "job-r0-raycluster-abcde-cpu4-worker-"
     assert worker["metadata"]["labels"]["ray.io/node-type"] == "worker"
+
+
+def test_overwrite_container_cmd_keeps_our_command_and_hands_over_kuberays() -> None:
+    """ray.io/overwrite-container-cmd on the RayCluster (copied from the RayJob) or on the
+    template: the container's command stays, KubeRay's line is in KUBERAY_GEN_RAY_START_CMD."""
+    ours = {"command": ["/bin/bash", "-c", "--"], "args": ['exec x "$KUBERAY_GEN_RAY_START_CMD"']}
+    on_cluster = copy.deepcopy(CLUSTER)
+    on_cluster["metadata"]["annotations"] = {"ray.io/overwrite-container-cmd": "true"}
+    on_template = copy.deepcopy(CLUSTER)
+    group = on_template["spec"]["workerGroupSpecs"][0]
+    group["template"]["metadata"] = {"annotations": {"ray.io/overwrite-container-cmd": "true"}}
+    for cluster in (on_cluster, on_template):
+        group = cluster["spec"]["workerGroupSpecs"][0]
+        group["template"]["spec"]["containers"][0].update(copy.deepcopy(ours))
+        worker = raypods.build_pod(cluster, "worker", group)
+        container = worker["spec"]["containers"][0]
+        assert {k: container[k] for k in ours} == ours
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["KUBERAY_GEN_RAY_START_CMD"].startswith("ray start --address=")
+        assert worker["metadata"]["annotations"]["ray.io/overwrite-container-cmd"] == "true"
 
 
 def test_kuberay_env_init_container_and_shared_memory() -> None:

@@ -190,6 +190,13 @@ def _probe(node_type: str, liveness: bool) -> JSON:
     }
 
 
+OVERWRITE_CMD = "ray.io/overwrite-container-cmd"
+
+
+def _overwrites(annotations: dict[str, str] | None) -> bool:
+    return str((annotations or {}).get(OVERWRITE_CMD, "")).lower() == "true"
+
+
 def build_pod(cluster: JSON, node_type: str, group: JSON) -> JSON:
     """A head or worker pod: the group's template plus what KubeRay adds to it."""
     name, namespace = cluster["metadata"]["name"], cluster["metadata"]["namespace"]
@@ -251,8 +258,14 @@ def build_pod(cluster: JSON, node_type: str, group: JSON) -> JSON:
             {"name": "metrics", "containerPort": METRICS_PORT},
         ]
     start = ray_start_command(node_type, params, ray.get("resources") or {})
-    ray["command"] = SHELL
-    ray["args"] = [f"ulimit -n ${{RAY_START_ULIMIT_OPEN_FILES:-65536}}; {start}"]
+    # initTemplateAnnotations + BuildPod: with ray.io/overwrite-container-cmd "true" on the
+    # RayCluster (or the template) the container's own command stays; the generated `ray
+    # start` line is in KUBERAY_GEN_RAY_START_CMD either way.
+    if _overwrites(cluster["metadata"].get("annotations")) or _overwrites(annotations):
+        annotations[OVERWRITE_CMD] = "true"
+    else:
+        ray["command"] = SHELL
+        ray["args"] = [f"ulimit -n ${{RAY_START_ULIMIT_OPEN_FILES:-65536}}; {start}"]
     for init in spec.get("initContainers") or []:
         init["env"] = [
             *(init.get("env") or []),

@@ -146,7 +146,12 @@ def test_files_of_the_authors_machine_are_refused_with_nothing_created() -> None
 def test_a_succeeded_job_names_where_its_results_are() -> None:
     body = job_body(output={"uri": "s3://models/team-a/ppo-7b"})
     running = decide(body, Observed.of([ray_job(0, "Running", "RUNNING")]), SETTINGS, NOW)
-    assert running.status.output is None
+    # The logs from the first attempt on (a failed job's matter most); results only at the end.
+    assert running.status.output is not None
+    assert running.status.output.model_dump(exclude_none=True) == {
+        "logs": "pvc://ppo-7b-checkpoints/ppo-7b/logs",
+        "uploaded": "s3://models/team-a/ppo-7b",
+    }
     done = decide(body, Observed.of([ray_job(0, "Complete", "SUCCEEDED")]), SETTINGS, NOW)
     assert done.status.phase is Phase.SUCCEEDED
     assert done.status.output is not None
@@ -154,6 +159,7 @@ def test_a_succeeded_job_names_where_its_results_are() -> None:
         "model": "pvc://ppo-7b-checkpoints/ppo-7b/output/final/actor",
         "metrics": "pvc://ppo-7b-checkpoints/ppo-7b/output/metrics.jsonl",
         "tensorboard": "pvc://ppo-7b-checkpoints/ppo-7b/output/tensorboard",
+        "logs": "pvc://ppo-7b-checkpoints/ppo-7b/logs",
         "uploaded": "s3://models/team-a/ppo-7b",
         "best": None,
     }

@@ -4,6 +4,7 @@
                  (an RLHFPipeline FILE: its stages one after another)
     rlhf validate [--cluster] FILE...
     rlhf plan FILE... [--output text|json]
+    rlhf logs FILE|--job NAME [--from DIR|s3://...] [--attempt N] [--pod P] [--container C]
 
 `run` on a cluster is `python -m rlhf_trainer run --config /etc/rlhf/job.yaml`. Heavy imports
 (torch, ray, ...) happen only inside `run`, so `validate` starts in a fraction of a second.
@@ -16,6 +17,7 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from rlhf_trainer.config import (
     JobConfig,
@@ -166,6 +168,52 @@ def _cmd_run(args: argparse.Namespace) -> int:
     )
 
 
+def _cmd_logs(args: argparse.Namespace) -> int:
+    from rlhf_trainer.objectstore import ObjectStoreError
+    from rlhf_trainer.podlogs.command import LogsError, LogsRequest, run
+
+    if args.attempt is not None and args.attempt < 0:
+        print(f"rlhf logs: --attempt must be >= 0 (got {args.attempt})", file=sys.stderr)
+        return 2
+    request = LogsRequest(
+        file=args.file,
+        job=args.job,
+        source=args.source,
+        attempt=args.attempt,
+        pods=tuple(args.pod or ()),
+        containers=tuple(args.container or ()),
+        timestamps=args.timestamps,
+        list_only=args.list,
+    )
+    try:
+        return run(request, print)
+    except (LogsError, ObjectStoreError) as err:
+        print(f"rlhf logs: {err}", file=sys.stderr)
+        return 1
+
+
+def _add_logs(sub: Any) -> None:
+    logs = sub.add_parser(
+        "logs",
+        help="Print a job's kept logs (every pod's containers, Events, the trainer's records), "
+        "attempt by attempt, from its volume or bucket: after its pods are gone.",
+    )
+    logs.add_argument("file", nargs="?", help="The job's manifest (its name and output.uri).")
+    logs.add_argument("--job", help="The job's name (without FILE, or instead of its name).")
+    logs.add_argument(
+        "--from",
+        dest="source",
+        help="Where: a directory holding <job>/logs (the storage volume, mounted or copied), or "
+        "s3://... (the job's output.uri). Default: the manifest's output.uri.",
+    )
+    logs.add_argument("--attempt", type=int, help="Only this attempt (0: the first).")
+    logs.add_argument("--pod", action="append", help="Only pods whose name contains this.")
+    logs.add_argument("--container", "-c", action="append", help="Only this container.")
+    logs.add_argument("--timestamps", action="store_true", help="Keep each line's time.")
+    logs.add_argument("--list", action="store_true", help="Only name the files.")
+    logs.set_defaults(func=_cmd_logs)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rlhf", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -202,6 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("files", nargs="+", help="RLHFJob manifests or job configs.")
     plan.add_argument("--output", "-o", choices=["text", "json"], default="text")
     plan.set_defaults(func=_cmd_plan)
+    _add_logs(sub)
     return parser
 
 

@@ -3,6 +3,7 @@ uploaded after it.
 
     cfg = fetch_inputs(cfg, cache_dir)           # every s3:// file/model location -> a local path
     upload_outputs(run_dir, cfg)                 # final/, metrics.jsonl, tensorboard/ -> output.uri
+    upload_logs(logs_dir, cfg)                   # the pods' logs (podlogs) -> output.uri/logs
 
 Credentials come the standard way (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY in the
 environment, which the operator fills from `spec.objectStore.credentialsSecret`, or the pod's
@@ -26,6 +27,7 @@ from rlhf_trainer.config.location_rules import file_locations, model_locations
 from rlhf_trainer.config.locations import S3Uri, is_pvc, is_s3, parse_s3, set_field
 from rlhf_trainer.config.outcome import InvalidSpecError
 from rlhf_trainer.config.output import ObjectStoreConfig
+from rlhf_trainer.config.podlogs import LOGS_DIR
 
 # What a run leaves that must outlive it, relative to the run directory.
 OUTPUTS = ("final", "metrics.jsonl", "tensorboard")
@@ -75,6 +77,25 @@ def client(store: ObjectStoreConfig | None) -> Any:
     region = (store.region if store is not None else None) or os.environ.get("AWS_REGION")
     kwargs["region_name"] = region or "us-east-1"
     return boto3.client("s3", **kwargs)
+
+
+def list_keys(uri: S3Uri, store: ObjectStoreConfig | None) -> list[str]:
+    """Every key under `uri` taken as a prefix."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        return list(_keys(client(store), uri))
+    except (BotoCoreError, ClientError) as err:
+        raise ObjectStoreError(f"cannot list {uri}: {err}") from err
+
+
+def read_object(bucket: str, key: str, store: ObjectStoreConfig | None) -> bytes:
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        return bytes(client(store).get_object(Bucket=bucket, Key=key)["Body"].read())
+    except (BotoCoreError, ClientError) as err:
+        raise ObjectStoreError(f"cannot read s3://{bucket}/{key}: {err}") from err
 
 
 def _keys(s3: Any, uri: S3Uri) -> Iterator[str]:
@@ -165,6 +186,29 @@ def fetch_inputs(cfg: JobConfig, cache_dir: Path) -> JobConfig:
     for field, path in local.items():
         set_field(doc, field, path)
     return JobConfig.model_validate(doc)
+
+
+def upload_logs(logs_dir: Path, cfg: JobConfig) -> list[str]:
+    """Copy the job's logs directory (every attempt so far) to `<output.uri>/logs` (nothing
+    when unset or when there are none); the keys written."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    if cfg.output.uri is None or not logs_dir.is_dir():
+        return []
+    base = parse_s3(cfg.output.uri).child(LOGS_DIR)
+    s3 = client(cfg.object_store)
+    written = []
+    # The pods are still writing: a file may be rotated away between listing and upload.
+    for path in sorted(p for p in logs_dir.rglob("*") if p.is_file()):
+        key = base.child(str(path.relative_to(logs_dir))).key
+        try:
+            s3.upload_file(str(path), base.bucket, key)
+        except FileNotFoundError:
+            continue
+        except (BotoCoreError, ClientError) as err:
+            raise ObjectStoreError(f"cannot write {base}: {err}") from err
+        written.append(key)
+    return written
 
 
 def upload_outputs(run_dir: Path, cfg: JobConfig) -> list[str]:

@@ -38,8 +38,15 @@ from .common import (
     trainer_image,
 )
 from .env import trainer_env
+from .podlogs import OVERWRITE_COMMAND_ANNOTATION, logs_env, ray_command, submitter_command
 from .secret import auth_options, ray_auth_env
-from .volumes import SUBMITTER_SCRATCH, output_dir, scratch, storage_access_mode
+from .volumes import (
+    SUBMITTER_SCRATCH,
+    output_dir,
+    scratch,
+    storage_access_mode,
+    storage_volume,
+)
 from .volumes import volumes as pod_volumes
 
 HEAD_PORTS = [
@@ -85,11 +92,15 @@ def _pod_template(
         p.resources.tmp_size, p.resources.cache_size, resources["limits"]["memory"]
     )
     volumes, mounts = volumes + more_volumes, mounts + more_mounts
+    # `ray start` in the log wrapper (podlogs.py): the container's output is kept on the volume.
+    command, args = ray_command(job, container_name)
     container: JSON = {
         "name": container_name,
         "image": trainer_image(job, settings),
         "imagePullPolicy": job.spec.image_pull_policy.value,
-        "env": trainer_env(job, attempt),
+        "command": command,
+        "args": args,
+        "env": trainer_env(job, attempt) + logs_env(job, attempt),
         "resources": resources,
         "volumeMounts": mounts,
         "securityContext": container_security_context(),
@@ -119,7 +130,8 @@ def _pod_template(
         pod["schedulerName"] = p.scheduler_name
     pod_labels = labels(job.name, component)
     pod_labels[ATTEMPT_LABEL] = str(attempt)
-    return {"metadata": {"labels": pod_labels}, "spec": pod}
+    annotations = {OVERWRITE_COMMAND_ANNOTATION: "true"}
+    return {"metadata": {"labels": pod_labels, "annotations": annotations}, "spec": pod}
 
 
 def _worker_resources(job: RLHFJob, devices: int) -> JSON:
@@ -172,11 +184,19 @@ def _worker_group(
 
 
 def _submitter_template(job: RLHFJob, settings: OperatorSettings, attempt: int) -> JSON:
-    """KubeRay's submitter pod (`ray job submit`, its command is filled in by KubeRay): under
+    """KubeRay's submitter pod (`ray job submit`, which follows the driver's output): under
     the job's ServiceAccount (never the namespace's default one) without its token, with the
-    job's Ray token, and as hardened as every other pod of the job."""
+    job's Ray token, and as hardened as every other pod of the job. Its output is kept on the
+    job's volume (podlogs.py), except with a ReadWriteOnce volume, which attaches to the GPU
+    node only: there the trainer's own log (trainer.jsonl) has the driver's records."""
     amounts = {"cpu": "500m", "memory": "512Mi"}
     volumes, mounts = scratch(SUBMITTER_SCRATCH, SUBMITTER_SCRATCH, None)
+    env = ray_auth_env(job)
+    if storage_access_mode(job) is not AccessMode.READ_WRITE_ONCE:
+        volume, mount = storage_volume(job)
+        volumes, mounts = [volume, *volumes], [mount, *mounts]
+        env = env + logs_env(job, attempt)
+    command, args = submitter_command(job, "ray-job-submitter", entrypoint(job))
     template: JSON = {
         "metadata": {"labels": {**labels(job.name, "ray-submitter"), ATTEMPT_LABEL: str(attempt)}},
         "spec": {
@@ -189,7 +209,9 @@ def _submitter_template(job: RLHFJob, settings: OperatorSettings, attempt: int) 
                     "name": "ray-job-submitter",
                     "image": trainer_image(job, settings),
                     "imagePullPolicy": job.spec.image_pull_policy.value,
-                    "env": ray_auth_env(job),
+                    "command": command,
+                    "args": args,
+                    "env": env,
                     "resources": {"requests": dict(amounts), "limits": dict(amounts)},
                     "volumeMounts": mounts,
                     "securityContext": container_security_context(),
@@ -252,6 +274,8 @@ def build_ray_job(
         head["template"]["spec"]["affinity"] = _beside_worker(job, attempt)
     meta = metadata(job, ray_job_name(job.name, attempt), "rayjob")
     meta["labels"][ATTEMPT_LABEL] = str(attempt)
+    # KubeRay copies it to the RayCluster, whose pods then run the commands we give them.
+    meta.setdefault("annotations", {})[OVERWRITE_COMMAND_ANNOTATION] = "true"
     if p.queue_name:
         meta["labels"][KUEUE_QUEUE_LABEL] = p.queue_name
     return {

@@ -3,8 +3,9 @@
 - The job's storage volume (the PVC of `spec.checkpoint.storage`, or one the operator creates
   of its default size: never pod-local scratch, so a retry always finds the checkpoints of the
   attempt before) is mounted at /storage on the head and every worker. The job writes under
-  `/storage/<job name>/`: `checkpoints/`, and `output/` (the final HF model, metrics.jsonl,
-  tensorboard/), which outlive the pods: `status.output` names them as `pvc://` locations.
+  `/storage/<job name>/`: `checkpoints/`, `output/` (the final HF model, metrics.jsonl,
+  tensorboard/) and `logs/` (every container's output, podlogs.py), which outlive the pods:
+  `status.output` names them as `pvc://` locations.
 - Inputs: every `pvc://<claim>/<path>` location of the spec (data, reward function, agent,
   models) is mounted read-only at /inputs/pvc/<claim> (the storage claim itself is already at
   /storage), every `configMapRef` file (data, reward function) at /inputs/configmap/<name>/.
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from rlhf_trainer.config.checkpoint import AccessMode
 from rlhf_trainer.config.location_rules import file_locations, model_locations
 from rlhf_trainer.config.locations import is_pvc, parse_pvc
+from rlhf_trainer.config.podlogs import LOGS_DIR
 
 from ..api.v1alpha1 import JobOutput, RLHFJob
 from ..settings import OperatorSettings
@@ -139,18 +141,22 @@ def referenced_objects(job: RLHFJob) -> list[tuple[str, str, str]]:
     return found
 
 
+def storage_volume(job: RLHFJob) -> tuple[JSON, JSON]:
+    """(volume, mount) of the job's storage volume at /storage."""
+    volume = {"name": STORAGE_VOLUME, "persistentVolumeClaim": {"claimName": storage_claim(job)}}
+    return volume, {"name": STORAGE_VOLUME, "mountPath": STORAGE_DIR}
+
+
 def volumes(job: RLHFJob) -> tuple[list[JSON], list[JSON]]:
     """(pod volumes, container mounts) shared by head and workers."""
+    storage, storage_mount = storage_volume(job)
     volume_list: list[JSON] = [
         {"name": "job-config", "configMap": {"name": config_map_name(job.name)}},
-        {
-            "name": STORAGE_VOLUME,
-            "persistentVolumeClaim": {"claimName": storage_claim(job)},
-        },
+        storage,
     ]
     mounts: list[JSON] = [
         {"name": "job-config", "mountPath": CONFIG_DIR, "readOnly": True},
-        {"name": STORAGE_VOLUME, "mountPath": STORAGE_DIR},
+        storage_mount,
     ]
     wanted = inputs(job)
     # Volume names are DNS labels of at most 63 characters: numbered, not named after claims.
@@ -194,5 +200,11 @@ def job_output(job: RLHFJob) -> JobOutput:
         model=model if export else None,
         metrics=f"{base}/metrics.jsonl",
         tensorboard=f"{base}/tensorboard",
+        logs=job_logs(job),
         uploaded=job.spec.output.uri,
     )
+
+
+def job_logs(job: RLHFJob) -> str:
+    """Where the pods keep their logs (builders/podlogs.py), as a location."""
+    return f"pvc://{storage_claim(job)}/{job_dir(job)}/{LOGS_DIR}"

@@ -36,13 +36,14 @@ from ..api.v1alpha1 import (
     Allocation,
     ConditionReason,
     ConditionType,
+    JobOutput,
     Phase,
     RLHFJob,
     RLHFJobStatus,
     TrainerReport,
 )
 from ..builders.common import ray_job_name
-from ..builders.volumes import job_output
+from ..builders.volumes import job_logs, job_output
 from .conditions import (
     STOPPING_FAILURES,
     TERMINAL_FAILURES,
@@ -148,8 +149,13 @@ def evaluate(
 
 
 def _with_output(job: RLHFJob, status: RLHFJobStatus) -> RLHFJobStatus:
-    """`status.output` once the job succeeded: its results exist then, and stay."""
-    output = job_output(job) if status.phase is Phase.SUCCEEDED else None
+    """`status.output`: its logs from the first attempt on (a failed job's matter most), all
+    of its results once the job succeeded: they exist then, and stay."""
+    output = None
+    if status.phase is Phase.SUCCEEDED:
+        output = job_output(job)
+    elif status.ray_job is not None:
+        output = JobOutput(logs=job_logs(job), uploaded=job.spec.output.uri)
     return status.model_copy(update={"output": output})
 
 

@@ -1,4 +1,5 @@
-"""`spec.logging`: metrics sinks. Secrets are only ever referenced, never inlined."""
+"""`spec.logging`: metrics sinks, and the size bound of the logs kept on the job's volume.
+Secrets are only ever referenced, never inlined."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pydantic import Field
 
 from .base import ConfigModel
 from .names import NAME_MAX
+from .podlogs import ContainerLogsConfig
 
 
 class WandbMode(StrEnum):
@@ -28,3 +30,5 @@ class LoggingConfig(ConfigModel):
     log_every_steps: int = Field(1, gt=0)
     tensorboard: bool = True
     wandb: WandbConfig | None = None
+    # On a cluster: each container's log on the job's volume, rotated (config/podlogs.py).
+    container_logs: ContainerLogsConfig = Field(default_factory=ContainerLogsConfig)

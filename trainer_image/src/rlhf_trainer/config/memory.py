@@ -74,10 +74,15 @@ def host_gib(params: int, ranks: int, zero: Zero) -> float:
     return HOST_OFFLOAD_BYTES * params / ranks / GIB if zero.offload else 0.0
 
 
+def quantity_bytes(quantity: str) -> float:
+    """A Kubernetes quantity (validated by the spec's pattern) in units: `10Mi` -> 10485760."""
+    digits = quantity.rstrip("KiMGTPkm")
+    return float(digits) * _UNITS[quantity[len(digits) :]]
+
+
 def quantity_gib(quantity: str) -> float:
     """A Kubernetes quantity (validated by the spec's pattern) in GiB: `64Gi` -> 64.0."""
-    digits = quantity.rstrip("KiMGTPkm")
-    return float(digits) * _UNITS[quantity[len(digits) :]] / GIB
+    return quantity_bytes(quantity) / GIB
 
 
 def frozen_gib(params: int, ranks: int, zero: Zero) -> float:

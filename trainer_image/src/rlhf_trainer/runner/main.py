@@ -30,10 +30,12 @@ from rlhf_trainer.config import (
     resolve_job,
 )
 from rlhf_trainer.config.outcome import ExitCode, FailureClass
+from rlhf_trainer.config.podlogs import LOGS_DIR_ENV
 from rlhf_trainer.config.sources import local_run_problems
 from rlhf_trainer.context.health import Unhealthy
 from rlhf_trainer.context.job import JobError, RunContext, RunFailed, RunResult, run_dirs
 from rlhf_trainer.context.preemption import Preempted, StopCheck, StopOnSignal, never
+from rlhf_trainer.podlogs.trainer_log import trainer_log
 
 from .outcome import classify, exit_code, explain
 from .pipeline import run_pipeline
@@ -105,9 +107,24 @@ def run_job(
         result = train_function(cfg)(context)
     finally:
         context.close()
+        upload_pod_logs(cfg)
     # After teardown, so metrics.jsonl and the TensorBoard files are complete.
     upload_outputs(dirs.run, cfg)
     return result
+
+
+def upload_pod_logs(cfg: JobConfig) -> None:
+    """On a cluster with `output.uri`: copy the job's logs so far (this attempt's, and the
+    earlier attempts' whole) to `<output.uri>/logs`; never masks how the run ended."""
+    from rlhf_trainer.objectstore import upload_logs
+
+    attempt_dir = os.environ.get(LOGS_DIR_ENV)
+    if not attempt_dir or cfg.output.uri is None:
+        return
+    try:
+        upload_logs(Path(attempt_dir).parent, cfg)
+    except Exception:
+        log.exception("could not copy the logs to %s", cfg.output.uri)
 
 
 def run_from_cli(
@@ -151,7 +168,7 @@ def run_config(
             cfg = placed.with_overrides(resume=resume, max_steps=max_steps)
         except ValueError as err:  # pydantic's ValidationError: an override the rules refuse
             raise JobError(f"--resume/--max-steps: {err}") from err
-        with StopOnSignal() as stop:
+        with trainer_log(os.environ, cfg.logging.container_logs), StopOnSignal() as stop:
             result = run_job(cfg, name=name, base_dir=base_dir, run_dir=run_dir, stop=stop)
     except (Exception, KeyboardInterrupt) as err:
         return finish(err)

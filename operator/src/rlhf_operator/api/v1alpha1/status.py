@@ -208,12 +208,19 @@ class BestOutput(ConfigModel):
 
 
 class JobOutput(ConfigModel):
-    """Where a succeeded job's results are; they outlive its pods. `pvc://<claim>/<path>`
-    locations can be given as another job's model or data (`models.actor.pretrained`)."""
+    """Where a job's results are; they outlive its pods. `pvc://<claim>/<path>` locations can
+    be given as another job's model or data (`models.actor.pretrained`). `logs` is there from
+    the first attempt on; the rest once the job succeeded."""
 
     model: str | None = Field(None, description="The final model, Hugging Face format.")
     metrics: str | None = Field(None, description="metrics.jsonl, one record per step.")
     tensorboard: str | None = None
+    logs: str | None = Field(
+        None,
+        description="Every container's log and the Events of each attempt "
+        "(attempt-<N>/<pod>/<container>.log, events.jsonl, trainer.jsonl), kept while the "
+        "pods run; `rlhf logs` reads them.",
+    )
     uploaded: str | None = Field(
         None, description="spec.output.uri: the s3:// copy of final/, metrics and logs."
     )
