@@ -5,7 +5,10 @@ apiextensions-apiserver, on KubeRay's RayJob CRD: the semantics the emulator onl
   set is kept (Kueue's `spec.suspend`, carried over from the live object under a
   resourceVersion precondition that turns a concurrent change into a 409);
 - managedFields name `rlhf-operator` with operation Apply;
-- an object with a child's name that the job does not own is left byte-identical.
+- an object with a child's name that the job does not own is left byte-identical;
+- a child the operator made before server-side apply (POST and PUT as `rlhf-operator`, a
+  desired-hash annotation) is taken over: its Update entry folded into the Apply entry, so
+  the next apply removes the annotation and the fields the spec no longer sets.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ import kopf
 import pytest
 
 from rlhf_operator.kube.apply import Outcome, _with_live, apply
-from rlhf_operator.kube.client import ApiError, KubeApi
+from rlhf_operator.kube.client import ApiError, KubeApi, path_of
+from rlhf_operator.kube.takeover import LEGACY_HASH_ANNOTATION
 from rlhf_operator.reconcile.desired import Desired
 
 from .client import ApiClient
@@ -114,3 +118,57 @@ async def test_an_object_the_job_does_not_own_is_left_byte_identical(
     assert applied.outcome is Outcome.CONFLICT
     assert "controlled by RLHFJob/ssa" in applied.owner
     assert apiserver.get(theirs).raise_for_error() == before
+
+
+def _managers(obj: dict[str, Any]) -> set[tuple[str, str]]:
+    return {(m["manager"], m["operation"]) for m in obj["metadata"]["managedFields"]}
+
+
+async def test_a_child_of_the_operator_before_server_side_apply_is_taken_over(
+    apiserver: ApiClient, kube: KubeApi
+) -> None:
+    # As the operator before server-side apply wrote it: POST, then PUT, as `rlhf-operator`
+    # (its User-Agent, no fieldManager: operation Update), with its desired-hash annotation.
+    old = child("ssa-r2", suspend=True, activeDeadlineSeconds=600)
+    old["metadata"]["annotations"] = {LEGACY_HASH_ANNOTATION: "0123456789abcdef0123"}
+    created = await kube.request("POST", path_of(old, named=False), old, kind="RayJob")
+    replaced = copy.deepcopy(created)
+    replaced["metadata"]["labels"]["rlhf.dev/written-by"] = "put"
+    replaced = await kube.request("PUT", path_of(old), replaced, kind="RayJob")
+    assert _managers(replaced) == {("rlhf-operator", "Update")}
+    # Kueue admits it.
+    apiserver.patch(old, {"spec": {"suspend": False}}).raise_for_error()
+
+    # The new operator's spec sets neither the deadline nor the labels of the queue and the PUT.
+    new = child("ssa-r2", suspend=True)
+    new["metadata"]["labels"].pop("kueue.x-k8s.io/queue-name")
+    applied = await apply(kube, Desired(new, preserve=SUSPEND))
+    assert applied.outcome is Outcome.UPDATED
+    live = apiserver.get(old).raise_for_error()
+    assert "activeDeadlineSeconds" not in live["spec"]
+    assert live["metadata"]["labels"] == {"rlhf.dev/job": "ssa"}
+    assert LEGACY_HASH_ANNOTATION not in (live["metadata"].get("annotations") or {})
+    assert live["spec"]["suspend"] is False  # Kueue's, kept
+    managers = _managers(live)
+    assert ("rlhf-operator", "Apply") in managers
+    assert ("rlhf-operator", "Update") not in managers
+
+    # Once taken over, applying the same again stores nothing.
+    again = await apply(kube, Desired(new, preserve=SUSPEND))
+    assert again.outcome is Outcome.UNCHANGED
+    assert again.obj["metadata"]["resourceVersion"] == live["metadata"]["resourceVersion"]
+
+
+async def test_a_create_only_child_of_the_old_operator_loses_its_annotation_only(
+    apiserver: ApiClient, kube: KubeApi
+) -> None:
+    old = child("ssa-r3", activeDeadlineSeconds=600)
+    old["metadata"]["annotations"] = {LEGACY_HASH_ANNOTATION: "0123456789abcdef0123"}
+    await kube.request("POST", path_of(old, named=False), old, kind="RayJob")
+    kept = await apply(kube, Desired(child("ssa-r3"), create_only=True))
+    assert kept.outcome is Outcome.UPDATED
+    live = apiserver.get(old).raise_for_error()
+    assert LEGACY_HASH_ANNOTATION not in (live["metadata"].get("annotations") or {})
+    assert live["spec"]["activeDeadlineSeconds"] == 600  # create-only: never changed
+    again = await apply(kube, Desired(child("ssa-r3"), create_only=True))
+    assert again.outcome is Outcome.UNCHANGED

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from rlhf_operator.kube.apply import _with_live
 from rlhf_operator.kube.client import object_path
+from rlhf_operator.kube.takeover import merged_fields, taken_over
 
 
 def test_fields_others_own_are_applied_with_their_live_value_under_a_precondition() -> None:
@@ -41,3 +44,41 @@ def test_object_paths(api_version: str, kind: str, path: str) -> None:
 def test_unknown_kinds_are_refused() -> None:
     with pytest.raises(ValueError, match="no API path known for apps/v1 Deployment"):
         object_path("apps/v1", "Deployment", "ns", "x")
+
+
+def _entry(manager: str, operation: str, fields: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {
+        "manager": manager,
+        "operation": operation,
+        "apiVersion": "ray.io/v1",
+        "time": "2026-12-01T00:00:00Z",
+        "fieldsType": "FieldsV1",
+        "fieldsV1": fields,
+        **extra,
+    }
+
+
+def test_field_sets_are_merged_as_a_union() -> None:
+    a = {"f:metadata": {"f:labels": {".": {}, "f:a": {}}}, "f:spec": {"f:x": {}}}
+    b = {"f:metadata": {"f:labels": {"f:b": {}}, "f:annotations": {"f:h": {}}}}
+    assert merged_fields(a, b) == {
+        "f:metadata": {"f:labels": {".": {}, "f:a": {}, "f:b": {}}, "f:annotations": {"f:h": {}}},
+        "f:spec": {"f:x": {}},
+    }
+
+
+def test_our_update_entries_are_folded_into_our_apply_entry() -> None:
+    old = _entry("rlhf-operator", "Update", {"f:spec": {"f:deadline": {}, "f:x": {}}})
+    kueue = _entry("kueue", "Update", {"f:spec": {"f:suspend": {}}})
+    status = _entry("rlhf-operator", "Update", {"f:status": {}}, subresource="status")
+    ours = _entry("rlhf-operator", "Apply", {"f:spec": {"f:x": {}, "f:y": {}}})
+    managed = taken_over([old, kueue, status, ours])
+    assert managed == [
+        kueue,
+        status,  # a subresource's entry is not the object's
+        {**ours, "fieldsV1": {"f:spec": {"f:x": {}, "f:y": {}, "f:deadline": {}}}},
+    ]
+    # No Apply entry yet: the Update entry becomes it.
+    assert taken_over([old, kueue]) == [kueue, {**old, "operation": "Apply"}]
+    # Nothing of ours by update: nothing to do.
+    assert taken_over([kueue, ours]) is None

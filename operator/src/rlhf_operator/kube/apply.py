@@ -12,7 +12,8 @@ controller's object, a user's, a former job's) is left byte-identical and report
 conflict: adopting by name would let a job author make the operator take over, rewrite and
 later garbage-collect objects they could not edit themselves. So a child not known to be the
 job's is looked at (its metadata) before anything is applied; create-only children are created
-(POST: a 409 never touches the existing object) and never applied.
+(POST: a 409 never touches the existing object) and never applied. A child the operator made
+before it used server-side apply is taken over at that look (`takeover.py`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from ..builders.common import JOB_UID_ANNOTATION, MANAGED_BY_LABEL
 from ..reconcile.desired import Desired
 from ..settings import OPERATOR_NAME
 from .client import JSON, ApiError, KubeApi
+from .takeover import drop_legacy_annotation, take_over
 
 # Random values of `Desired.generated` keys: 32 bytes, URL-safe (a Ray token, for one).
 TOKEN_BYTES = 32
@@ -135,6 +137,8 @@ async def _create_only(api: KubeApi, desired: Desired, *, look_first: bool) -> A
             return Applied(Outcome.CREATED, created)
     if not owns(want, existing):
         return Applied(Outcome.CONFLICT, existing, whose(existing))
+    if await drop_legacy_annotation(api, want, existing):
+        return Applied(Outcome.UPDATED, existing)
     return Applied(Outcome.UNCHANGED, existing)
 
 
@@ -153,6 +157,8 @@ async def apply(
         existing = await api.get(want, metadata_only=not desired.preserve)
         if existing is not None and not owns(want, existing):
             return Applied(Outcome.CONFLICT, existing, whose(existing))
+        if existing is not None:
+            existing = await take_over(api, want, existing)
     body = _with_live(want, existing, desired.preserve) if existing and desired.preserve else want
     applied = await api.apply(body)
     if existing is None and not known_ours:

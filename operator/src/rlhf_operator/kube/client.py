@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -17,6 +17,7 @@ logger = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
 # Server-side apply (JSON is YAML); the field manager names us in managedFields.
 APPLY_PATCH = "application/apply-patch+yaml"
 FIELD_MANAGER = "rlhf-operator"
@@ -200,6 +201,13 @@ class KubeApi:
         """Merge-patch the object itself (not its status)."""
         patched: JSON = await self.request(
             "PATCH", path_of(obj), patch, content_type=MERGE_PATCH, kind=obj["kind"]
+        )
+        return patched
+
+    async def json_patch(self, obj: Mapping[str, Any], ops: Sequence[JSON]) -> JSON:
+        """A JSON patch (RFC 6902) of the object itself: `test` operations make it conditional."""
+        patched: JSON = await self.request(
+            "PATCH", path_of(obj), ops, content_type=JSON_PATCH, kind=obj["kind"]
         )
         return patched
 
