@@ -40,7 +40,7 @@ def messages(doc: dict[str, Any], model: type[JobConfig] = JobConfig) -> list[st
 
 def test_defaults_follow_openrlhf() -> None:
     cfg = JobConfig.model_validate(minimal())
-    assert cfg.algorithm.clip_low == 0.2
+    assert cfg.algorithm.clip_range() == (0.2, 0.2)
     assert cfg.algorithm.lambd == 0.95
     assert cfg.algorithm.gamma == 1.0
     assert cfg.algorithm.kl_coef == 0.01

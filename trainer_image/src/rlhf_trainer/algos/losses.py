@@ -24,7 +24,7 @@ from ._validation import (
     require_same_shape,
     require_tensor,
 )
-from .masking import masked_count, masked_mean, masked_sum
+from .masking import masked_count, masked_mean, masked_sum, token_weighted
 from .ratio_losses import cispo_policy_loss as cispo_policy_loss
 from .ratio_losses import gspo_policy_loss as gspo_policy_loss
 
@@ -91,6 +91,7 @@ def ppo_policy_loss(
     aggregation: str = "token-mean",
     *,
     norm_length: float | None = None,
+    weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """PPO clipped surrogate (Schulman et al. 2017), with optional dual clip (Ye et al. 2020).
 
@@ -99,7 +100,8 @@ def ppo_policy_loss(
     DAPO's clip-higher (Yu et al. 2025). Dual clip (`dual_clip = c > 1`) additionally caps the
     loss at `-c * A` where A < 0, so a huge ratio on a bad action cannot dominate. The log-ratio
     is clamped to +-20 before exp. `old_logp` and `advantages` are constants: no gradient
-    reaches them.
+    reaches them. `weights` (`[B, T]`, detached; e.g. `rollout_correction`'s) multiply each
+    token's loss before aggregation.
 
     Returns `(loss, stats)` with stats `clip_frac` (tokens where the clipped term was the
     larger, i.e. the gradient was cut), `dual_clip_frac`, `approx_kl` (mean of
@@ -128,6 +130,7 @@ def ppo_policy_loss(
         cap = -advantages * dual_clip
         dual_clipped = (advantages < 0) & (loss_mat > cap)
         loss_mat = torch.where(dual_clipped, cap, loss_mat)
+    loss_mat = token_weighted(loss_mat, weights, real)
 
     loss = aggregate_loss(loss_mat, real, aggregation, norm_length=norm_length)
     with torch.no_grad():

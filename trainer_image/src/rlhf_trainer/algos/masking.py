@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._validation import require_float_tensor, require_mask
+from ._validation import require_float_tensor, require_mask, require_same_shape
 
 
 def _checked(x: Tensor, mask: Tensor) -> Tensor:
@@ -55,6 +55,16 @@ def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None, keepdim: bool =
     """
     total = masked_sum(x, mask, dim=dim, keepdim=keepdim)
     return _safe_divide(total, masked_count(mask, dim=dim, keepdim=keepdim))
+
+
+def token_weighted(loss_mat: Tensor, weights: Tensor | None, real: Tensor) -> Tensor:
+    """`loss_mat` times the detached per-token `weights` (0 where not `real`: padding
+    weights may be garbage), or unchanged when there are none."""
+    if weights is None:
+        return loss_mat
+    require_float_tensor("weights", weights)
+    require_same_shape("loss_mat", loss_mat, weights=weights)
+    return loss_mat * torch.where(real, weights.detach(), 0.0)
 
 
 def masked_var(

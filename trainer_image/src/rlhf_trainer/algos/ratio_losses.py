@@ -23,7 +23,7 @@ from ._validation import (
     require_number_in,
     require_same_shape,
 )
-from .masking import masked_count, masked_mean
+from .masking import masked_count, masked_mean, token_weighted
 
 # Log-ratios beyond this are numerically meaningless and would overflow exp (as in losses.py).
 _MAX_LOG_RATIO: Final = 20.0
@@ -57,6 +57,8 @@ def gspo_policy_loss(
     mask: Tensor,
     clip_low: float = 3e-4,
     clip_high: float = 4e-4,
+    *,
+    weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """GSPO's sequence-level clipped surrogate.
 
@@ -70,6 +72,8 @@ def gspo_policy_loss(
     losses are averaged per sequence, then over sequences. With one advantage per sequence
     (`[B]`, or `[B, T]` constant along the sequence, as the group estimators give) value and
     gradient equal the sequence form's; per-token advantages are GSPO-token proper.
+    `weights` (`[B, T]`, detached; e.g. `rollout_correction`'s) multiply each token's loss
+    before the per-sequence mean.
 
     Returns `(loss, stats)`: `clip_frac` (sequences whose clipped term won, so got no
     gradient), `seq_ratio_mean`, `approx_kl` (token mean of `old_logp - logp`), detached.
@@ -87,7 +91,7 @@ def gspo_policy_loss(
     ratio = token_log_ratio.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO).exp()
     unclipped = -advantages * ratio
     clipped = -advantages * ratio.clamp(min=1.0 - clip_low, max=1.0 + clip_high)
-    loss_mat = torch.maximum(unclipped, clipped)
+    loss_mat = token_weighted(torch.maximum(unclipped, clipped), weights, real)
 
     has_tokens = masked_count(real, dim=-1) > 0
     loss = masked_mean(masked_mean(loss_mat, real, dim=-1), has_tokens)
@@ -111,12 +115,15 @@ def cispo_policy_loss(
     mask: Tensor,
     clip_high: float,
     clip_low: float | None = None,
+    *,
+    weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """CISPO: `-sum_t sg(clip(r_t)) A_t logp_t / sum(mask)` over the batch's real tokens.
 
     `r_t = exp(logp_t - old_logp_t)` is clipped to `[1 - clip_low, 1 + clip_high]` and
     detached, so unlike PPO no token loses its gradient: a clipped token's update is only
     scaled down. MiniMax-M1 sets no lower bound (`clip_low=None`) and tunes `clip_high`.
+    `weights` (`[B, T]`, detached; e.g. `rollout_correction`'s) multiply each token's loss.
 
     Returns `(loss, stats)`: `clip_frac` (real tokens whose ratio was clipped), `ratio_mean`
     and `approx_kl` (token mean of `old_logp - logp`), detached.
@@ -132,7 +139,7 @@ def cispo_policy_loss(
         low = None if clip_low is None else 1.0 - clip_low
         weight = ratio.clamp(min=low, max=1.0 + clip_high)
     loss_mat = -weight * advantages * torch.where(real, logp, 0.0)
-    loss = masked_mean(loss_mat, real)
+    loss = masked_mean(token_weighted(loss_mat, weights, real), real)
     with torch.no_grad():
         stats = {
             "clip_frac": masked_mean((real & (weight != ratio)).to(logp.dtype), real),

@@ -41,6 +41,12 @@ from .models import (
     RewardModel,
 )
 from .modelsize import local_config_reader
+from .objective import (
+    PolicyLoss,
+    RolloutCorrectionConfig,
+    RolloutCorrectionLevel,
+    RolloutCorrectionMode,
+)
 from .outcome import ExitCode, FailureClass
 from .placement import Device, PlacementConfig, Toleration
 from .resolve import resolve_job
@@ -85,6 +91,7 @@ __all__ = [
     "NetworkConfig",
     "PlacementConfig",
     "PodGroup",
+    "PolicyLoss",
     "Problem",
     "RandomInit",
     "RemoteReward",
@@ -94,6 +101,9 @@ __all__ = [
     "RewardFunctionLimits",
     "RewardModel",
     "RolloutConfig",
+    "RolloutCorrectionConfig",
+    "RolloutCorrectionLevel",
+    "RolloutCorrectionMode",
     "RolloutEngine",
     "RunPolicy",
     "SecretKeyRef",

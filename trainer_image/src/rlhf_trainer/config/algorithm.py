@@ -7,6 +7,7 @@ from enum import StrEnum
 from pydantic import Field
 
 from .base import ConfigModel
+from .objective import DEFAULT_CLIPS, PolicyLoss, RolloutCorrectionConfig
 from .steps import StepTokens
 
 
@@ -149,10 +150,27 @@ class AlgorithmConfig(ConfigModel):
 
     name: AlgorithmName = Field(description="Which trainer runs.")
 
-    # --- policy objective (PPO clip, Schulman et al. 2017; dual clip, Ye et al. 2020) ---
-    clip_low: float = Field(0.2, gt=0, lt=1, description="PPO ratio clip below 1 (eps_low).")
-    clip_high: float = Field(
-        0.2, gt=0, lt=10, description="PPO ratio clip above 1 (eps_high; DAPO's clip-higher)."
+    # --- policy objective (PPO clip, Schulman et al. 2017; dual clip, Ye et al. 2020;
+    # GSPO, Zheng et al. 2025; CISPO, MiniMax 2025) ---
+    policy_loss: PolicyLoss = Field(
+        PolicyLoss.PPO,
+        description="ppo: PPO's per-token clipped surrogate; gspo: one length-normalised ratio "
+        "per sequence, clipped per sequence (Qwen3's GSPO); cispo: the clipped, detached token "
+        "ratio weights each token's log-prob (MiniMax-M1), so no token loses its gradient.",
+    )
+    clip_low: float | None = Field(
+        None,
+        gt=0,
+        lt=1,
+        description="Ratio clip below 1 (eps_low). Default per policyLoss: ppo 0.2, gspo 3e-4 "
+        "(GSPO's paper), cispo none (no lower bound, as MiniMax-M1).",
+    )
+    clip_high: float | None = Field(
+        None,
+        gt=0,
+        lt=10,
+        description="Ratio clip above 1 (eps_high; DAPO's clip-higher). Default per policyLoss: "
+        "ppo 0.2, gspo 4e-4 (GSPO's paper), cispo 0.2 (verl's recipe).",
     )
     dual_clip: float | None = Field(
         None, gt=1, description="Dual-clip constant c > 1 for negative advantages; off when unset."
@@ -161,6 +179,14 @@ class AlgorithmConfig(ConfigModel):
         LossAggregation.TOKEN_MEAN, description="How per-token losses are averaged."
     )
     entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus coefficient.")
+    rollout_correction: RolloutCorrectionConfig | None = Field(
+        None,
+        description="Correct for sampling with the engine (vLLM: its own kernels and precision, "
+        "older weights under rollout.async / partialRollout) instead of the trainer: truncated "
+        "(tis) or masked (mis, icepop) importance weights on the engine's log-probs, with the "
+        "mismatch reported (rollout/mismatch_kl, rollout/rho_*, rollout/masked_fraction). Off "
+        "when unset.",
+    )
     ptx_coef: float = Field(
         0.0,
         ge=0,
@@ -266,3 +292,12 @@ class AlgorithmConfig(ConfigModel):
     prm: StepTokens = Field(
         default_factory=StepTokens, description="prm: the step separator and the label tokens."
     )
+
+    def clip_range(self) -> tuple[float | None, float]:
+        """(eps_low, eps_high) in effect: the ones set, else policyLoss's defaults (eps_low
+        None: no lower bound, cispo only)."""
+        low, high = DEFAULT_CLIPS[self.policy_loss]
+        return (
+            low if self.clip_low is None else self.clip_low,
+            high if self.clip_high is None else self.clip_high,
+        )

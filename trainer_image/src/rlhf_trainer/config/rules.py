@@ -18,6 +18,7 @@ from .data_rules import builtin_problems, data_problems, eval_problems
 from .layout import layout_problems
 from .location_rules import location_problems, storage_problems
 from .mode_rules import auto_mode_problems, mode_problems
+from .objective_rules import objective_problems
 from .partial_rules import partial_rollout_problems
 from .placement import Device
 from .reward_rules import grader_problems, remote_reward_problems, reward_source_problems
@@ -38,6 +39,7 @@ def _placed_problems(cfg: JobConfig) -> list[Problem]:
     return [
         *algorithm_problems(cfg),
         *iterative_problems(cfg),
+        *objective_problems(cfg),
         *mode_problems(cfg),
         *reward_source_problems(cfg),
         *remote_reward_problems(cfg),

@@ -1,9 +1,15 @@
 """The losses the actor and critic ranks minimise, composed from `rlhf_trainer.algos` (pure).
 
-The actor's objective is PPO's clipped surrogate on the advantages, optionally plus a KL loss
-towards the reference (GRPO style, instead of the KL penalty in the rewards) and minus an
-entropy bonus. `seq-mean-token-sum-norm` (Dr. GRPO's aggregation) divides each response's
-token sum by a constant, the generation limit `rollout.maxNewTokens`.
+The actor's objective is a policy-gradient loss on the advantages (`algorithm.policyLoss`:
+PPO's clipped surrogate, GSPO's sequence-ratio surrogate or CISPO's clipped-weight REINFORCE),
+optionally plus a KL loss towards the reference (GRPO style, instead of the KL penalty in the
+rewards) and minus an entropy bonus. `seq-mean-token-sum-norm` (Dr. GRPO's aggregation)
+divides each response's token sum by a constant, the generation limit `rollout.maxNewTokens`.
+
+With `algorithm.rolloutCorrection`, the batch carries the engine's sampling log-probs
+(`rollout_logps`) beside the trainer's (`old_logps`): `rollout_correction`'s weights multiply
+each token's policy-gradient loss and its keep mask is the loss' mask (icepop: the dropped
+tokens leave the token mean). The KL loss and the entropy bonus keep the response mask.
 """
 
 from __future__ import annotations
@@ -13,17 +19,41 @@ from dataclasses import dataclass
 from torch import Tensor
 
 from rlhf_trainer.algos.kl import kl_estimate
-from rlhf_trainer.algos.losses import aggregate_loss, ppo_policy_loss, value_loss
+from rlhf_trainer.algos.losses import (
+    aggregate_loss,
+    cispo_policy_loss,
+    gspo_policy_loss,
+    ppo_policy_loss,
+    value_loss,
+)
 from rlhf_trainer.algos.masking import masked_mean
-from rlhf_trainer.config import JobConfig, LossAggregation
+from rlhf_trainer.algos.rewards import rollout_correction
+from rlhf_trainer.config import JobConfig, LossAggregation, PolicyLoss
 
 # Clamp for the KL loss' log-ratio (keeps k3's exp finite), as OpenRLHF.
 KL_LOSS_CLAMP = 10.0
 
 
 @dataclass(frozen=True)
+class CorrectionSettings:
+    """`algorithm.rolloutCorrection`, as `rollout_correction` takes it."""
+
+    mode: str
+    level: str
+    upper: float
+    lower: float
+
+    @classmethod
+    def from_job(cls, cfg: JobConfig) -> CorrectionSettings | None:
+        rc = cfg.algorithm.rollout_correction
+        if rc is None:
+            return None
+        return cls(rc.mode.value, rc.level.value, rc.upper, rc.lower_bound())
+
+
+@dataclass(frozen=True)
 class PolicyLossSettings:
-    clip_low: float
+    clip_low: float | None  # None: no lower bound (cispo only)
     clip_high: float
     dual_clip: float | None
     aggregation: str
@@ -31,6 +61,8 @@ class PolicyLossSettings:
     entropy_coef: float
     use_kl_loss: bool
     kl_estimator: str
+    loss: str = PolicyLoss.PPO.value
+    correction: CorrectionSettings | None = None
 
     @classmethod
     def from_job(cls, cfg: JobConfig) -> PolicyLossSettings:
@@ -39,15 +71,18 @@ class PolicyLossSettings:
         norm = None
         if aggregation is LossAggregation.SEQ_MEAN_TOKEN_SUM_NORM:
             norm = float(cfg.rollout.max_new_tokens)
+        clip_low, clip_high = a.clip_range()
         return cls(
-            clip_low=a.clip_low,
-            clip_high=a.clip_high,
+            clip_low=clip_low,
+            clip_high=clip_high,
             dual_clip=a.dual_clip,
             aggregation=aggregation.value,
             norm_length=norm,
             entropy_coef=a.entropy_coef,
             use_kl_loss=a.use_kl_loss,
             kl_estimator=a.kl_estimator.value,
+            loss=a.policy_loss.value,
+            correction=CorrectionSettings.from_job(cfg),
         )
 
 
@@ -61,19 +96,22 @@ def policy_objective(
     kl_coef: float,
     ref_logp: Tensor | None = None,
     entropy: Tensor | None = None,
+    rollout_logp: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """Actor loss and detached statistics for one micro-batch."""
-    loss, stats = ppo_policy_loss(
-        logp,
-        old_logp,
-        advantages,
-        mask,
-        clip_low=settings.clip_low,
-        clip_high=settings.clip_high,
-        dual_clip=settings.dual_clip,
-        aggregation=settings.aggregation,
-        norm_length=settings.norm_length,
-    )
+    """Actor loss and detached statistics for one micro-batch; `rollout_logp` is the engine's
+    sampling log-probs (needed with `settings.correction`)."""
+    weights, keep = None, mask
+    if settings.correction is not None:
+        if rollout_logp is None:
+            raise ValueError(
+                "algorithm.rolloutCorrection needs the engine's sampling log-probs "
+                "(rollout_logps) in the batch"
+            )
+        c = settings.correction
+        weights, keep, _ = rollout_correction(
+            old_logp, rollout_logp, mask, c.mode, c.level, c.upper, c.lower
+        )
+    loss, stats = policy_gradient_loss(logp, old_logp, advantages, keep, settings, weights)
     stats = {"policy_loss": loss.detach(), **stats}
     if settings.use_kl_loss and kl_coef > 0:
         if ref_logp is None:
@@ -90,6 +128,43 @@ def policy_objective(
             loss = loss - settings.entropy_coef * mean_entropy
         stats["entropy"] = masked_mean(entropy.detach(), mask)
     return loss, stats
+
+
+def policy_gradient_loss(
+    logp: Tensor,
+    old_logp: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    settings: PolicyLossSettings,
+    weights: Tensor | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """`algorithm.policyLoss` on one micro-batch, each token's loss times `weights`."""
+    if settings.loss == PolicyLoss.GSPO.value:
+        return gspo_policy_loss(
+            logp, old_logp, advantages, mask, _low(settings), settings.clip_high, weights=weights
+        )
+    if settings.loss == PolicyLoss.CISPO.value:
+        return cispo_policy_loss(
+            logp, old_logp, advantages, mask, settings.clip_high, settings.clip_low, weights=weights
+        )
+    return ppo_policy_loss(
+        logp,
+        old_logp,
+        advantages,
+        mask,
+        clip_low=_low(settings),
+        clip_high=settings.clip_high,
+        dual_clip=settings.dual_clip,
+        aggregation=settings.aggregation,
+        norm_length=settings.norm_length,
+        weights=weights,
+    )
+
+
+def _low(settings: PolicyLossSettings) -> float:
+    if settings.clip_low is None:
+        raise ValueError(f"policy loss {settings.loss} needs clip_low; only cispo takes none")
+    return settings.clip_low
 
 
 def critic_objective(
