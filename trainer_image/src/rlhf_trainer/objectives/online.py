@@ -130,6 +130,31 @@ def policy_objective(
     return loss, stats
 
 
+# The step's metrics of the correction (over the whole batch, so min and max are exact).
+MISMATCH_PREFIX = "rollout/"
+MISMATCH_STATS = (
+    "mismatch_kl",
+    "rho_mean",
+    "rho_min",
+    "rho_max",
+    "masked_fraction",
+    "truncated_fraction",
+)
+
+
+def mismatch_metrics(
+    correction: CorrectionSettings, old_logp: Tensor, rollout_logp: Tensor, mask: Tensor
+) -> dict[str, float]:
+    """`rollout/mismatch_kl` (k3 of KL(engine || trainer) per token), `rollout/rho_mean`,
+    `_min`, `_max` (the ratio at the configured level, before truncation),
+    `rollout/masked_fraction` and `rollout/truncated_fraction` of the real tokens."""
+    c = correction
+    _, _, stats = rollout_correction(
+        old_logp, rollout_logp, mask, c.mode, c.level, c.upper, c.lower
+    )
+    return {f"{MISMATCH_PREFIX}{k}": float(stats[k]) for k in MISMATCH_STATS}
+
+
 def policy_gradient_loss(
     logp: Tensor,
     old_logp: Tensor,

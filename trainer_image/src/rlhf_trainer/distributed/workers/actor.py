@@ -102,6 +102,7 @@ class ActorWorker(TrainedRank):
                 kl_coef=kl_coef,
                 ref_logp=micro.get("ref_logps"),
                 entropy=entropy,
+                rollout_logp=micro.get("rollout_logps"),
             )
             if ptx_parts is None:
                 return loss, stats
