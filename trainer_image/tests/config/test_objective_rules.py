@@ -111,8 +111,7 @@ def test_valid_combinations(doc: dict[str, Any]) -> None:
         ),
         pytest.param(
             minimal(algorithm={"name": "rejection-sampling", "policyLoss": "gspo"}),
-            "algorithm.policyLoss: applies to the policy-gradient algorithms (dr-grpo, grpo, "
-            "ppo, reinforce++, reinforce++-baseline, rloo); rejection-sampling",
+            "); rejection-sampling does not train on a policy-gradient loss: remove it",
             id="loss-iterative",
         ),
         pytest.param(
