@@ -103,6 +103,7 @@ def run_job(
     # s3:// inputs are fetched before anything starts: a missing object costs no cluster.
     cfg = fetch_inputs(cfg, inputs_cache_dir())
     context = RunContext(cfg, name, base_dir, dirs, stop, fingerprint)
+    log.info("%s: %s, outputs in %s", name, cfg.algorithm.name.value, dirs.run)
     try:
         result = train_function(cfg)(context)
     finally:
@@ -160,7 +161,20 @@ def run_config(
     max_steps: int | None = None,
 ) -> int:
     """Run one job config (command-line overrides `resume`, `max_steps`) with SIGTERM as a
-    stop request; print how it ended, report it on the RLHFJob, return the exit code."""
+    stop request; print how it ended, report it on the RLHFJob, return the exit code. In a
+    cluster job's pod the run's records go to the attempt's trainer.jsonl as well."""
+    with trainer_log(os.environ, config.logging.container_logs):
+        return _run_config(config, name, base_dir, run_dir, resume, max_steps)
+
+
+def _run_config(
+    config: JobConfig,
+    name: str,
+    base_dir: Path,
+    run_dir: Path | None,
+    resume: str | None,
+    max_steps: int | None,
+) -> int:
     started = time.time()
     try:
         placed = place(config, base_dir)
@@ -168,7 +182,7 @@ def run_config(
             cfg = placed.with_overrides(resume=resume, max_steps=max_steps)
         except ValueError as err:  # pydantic's ValidationError: an override the rules refuse
             raise JobError(f"--resume/--max-steps: {err}") from err
-        with trainer_log(os.environ, cfg.logging.container_logs), StopOnSignal() as stop:
+        with StopOnSignal() as stop:
             result = run_job(cfg, name=name, base_dir=base_dir, run_dir=run_dir, stop=stop)
     except (Exception, KeyboardInterrupt) as err:
         return finish(err)
@@ -180,6 +194,7 @@ def run_config(
         f"outputs in {result.dirs.run}{exported}"
     )
     report_outcome(ExitCode.SUCCEEDED, None, message)
+    log.info(message)  # the attempt's trainer.jsonl on a cluster
     print(f"{PREFIX}: {message}", file=sys.stderr)
     return int(ExitCode.SUCCEEDED)
 
@@ -203,6 +218,7 @@ def finish(err: BaseException) -> int:
     """The end of a failed run: message, outcome on the RLHFJob, exit code."""
     code, message = exit_code(err), failure_message(err)
     report_outcome(code, classify(err), message)
+    log.error("exit code %d: %s", int(code), message)  # the attempt's trainer.jsonl
     print(f"{PREFIX}: {message}", file=sys.stderr)
     if os.environ.get("RLHF_TRACEBACK") and not isinstance(err, JobError):
         traceback.print_exception(err.cause if isinstance(err, RunFailed) else err)
