@@ -268,10 +268,11 @@ def test_operator_holds_every_permission_it_grants_to_trainers(
     assert wanted <= granted, f"the operator could not create the trainer Role: {wanted - granted}"
 
 
-def test_the_trainer_may_write_its_report_and_nothing_else() -> None:
+def test_the_trainer_may_write_its_report_read_events_and_nothing_else() -> None:
     # The trainer (user code runs beside it) may patch one object: its job's report
     # ConfigMap. Not the RLHFJob, not its status (conditions, phase, retries are the
-    # operator's), not another job's report, nothing cluster-wide.
+    # operator's), not another job's report, nothing cluster-wide. It may read the
+    # namespace's Events (no object can be named there), of which it keeps the job's.
     report = pytest.importorskip("rlhf_operator.builders.report")
     job = _example_job()
     role = report.build_role(job)
@@ -281,10 +282,14 @@ def test_the_trainer_may_write_its_report_and_nothing_else() -> None:
         for rule in role["rules"]
         for group in rule["apiGroups"]
         for resource in rule["resources"]
-        for name in rule["resourceNames"]  # every rule names its objects
+        for name in rule.get("resourceNames") or ["*"]
         for verb in rule["verbs"]
     }
-    assert allowed == {("", "configmaps", f"{job.name}-report", "patch")}
+    assert allowed == {
+        ("", "configmaps", f"{job.name}-report", "patch"),
+        ("", "events", "*", "list"),
+        ("", "events", "*", "watch"),
+    }
     assert not any(group == "rlhf.dev" for group, _, _, _ in allowed)
 
 

@@ -66,6 +66,8 @@ def test_every_pods_log_of_both_attempts_is_read_back_after_the_job_is_deleted(
     job = adapt_for_kind(load_example(), image=TRAINER_IMAGE, namespace=namespace, max_steps=STEPS)
     name = job["metadata"]["name"] = "tiny-ppo-logs"
     job["spec"]["checkpoint"]["everySteps"] = 2
+    # Kept when the job is deleted (else garbage-collected with it, logs and all).
+    job["spec"]["checkpoint"]["storage"]["retainOnDelete"] = True
     job["spec"]["runPolicy"]["backoffLimit"] = 1
     jobs(job)
     volume = local.pvc_dir(namespace, f"{name}-checkpoints")
@@ -136,6 +138,10 @@ def test_every_pods_log_of_both_attempts_is_read_back_after_the_job_is_deleted(
     submitted = [line for f in shown if f.endswith("/ray-job-submitter.log") for line in shown[f]]
     assert any(ended in line for line in submitted), submitted
     assert any(ended in line for line in shown["attempt-1/trainer.jsonl"])
+    # The job's Events, kept by attempt 1's head pod: the operator's retry among them.
+    events = shown.get("attempt-1/events.jsonl", [])
+    assert any(" rlhfjob/tiny-ppo-logs: " in line for line in events), events
+    assert any("/tiny-ppo-logs-r1" in line for line in events), events
     # One pod's log alone, by a part of its name.
     only = sections(
         rlhf_logs("--job", name, "--from", str(volume), "--attempt", "0", "--pod", "worker")

@@ -66,10 +66,12 @@ modes can never drift apart. manifests/base/rbac.yaml mirrors it (deploy_tests c
 - apiGroups: [""]
   resources: ["persistentvolumeclaims", "secrets"]
   verbs: ["get", "create"]
-# Events on RLHFJobs: kopf posts core v1 events (never events.k8s.io).
+# Events on RLHFJobs: kopf posts core v1 events (never events.k8s.io). Not requests: `list`
+# and `watch`, which the trainer's Role grants its head pod, which keeps the job's Events with
+# its logs on the job's volume (RBAC lets a subject grant only what it holds itself).
 - apiGroups: [""]
   resources: ["events"]
-  verbs: ["create"]
+  verbs: ["create", "list", "watch"]
 # The jobs' pods (KubeRay's, labelled with the job) are watched, by that label, to say on the
 # job's status why a starting attempt does not run (unschedulable, image pull, a missing
 # Secret): one watch for all jobs, not a list per job. Read only: no get, no exec, no logs.

@@ -123,7 +123,7 @@ def test_not_retained_pvc_is_owned() -> None:
     assert pvc["metadata"]["ownerReferences"][0]["kind"] == "RLHFJob"
 
 
-def test_role_allows_patching_only_this_jobs_report() -> None:
+def test_role_allows_patching_only_this_jobs_report_and_reading_events() -> None:
     role = _objects("ppo-7b-paper")["Role"]
     assert role["rules"] == [
         {
@@ -131,7 +131,8 @@ def test_role_allows_patching_only_this_jobs_report() -> None:
             "resources": ["configmaps"],
             "resourceNames": ["ppo-7b-report"],
             "verbs": ["patch"],
-        }
+        },
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["list", "watch"]},
     ]
 
 

@@ -9,6 +9,7 @@ import os
 import stat
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ import pytest
 
 from rlhf_operator.builders.children import render_children
 from rlhf_operator.builders.podlogs import OVERWRITE_COMMAND_ANNOTATION
-from rlhf_operator.settings import OperatorSettings
+from rlhf_operator.settings import OperatorSettings, PlatformPolicy
 
 from .factories import make_job
 
@@ -48,7 +49,8 @@ def test_every_container_is_wrapped_and_knows_where_to_write() -> None:
     for role, (template, container) in _containers(ray_job).items():
         line = " ".join(container["command"] + container["args"])
         assert "exec python -m rlhf_trainer.podlogs" in line, role
-        assert f"--container {container['name']} --max-size 10Mi --max-files 5 --" in line
+        events = " --events" if role == "head" else ""  # the head keeps the job's Events
+        assert f"--container {container['name']} --max-size 10Mi --max-files 5{events} --" in line
         env = _env(container)
         assert env["RLHF_LOGS_DIR"] == "/storage/ppo-7b/logs/attempt-2", role
         assert env["RLHF_POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}, role
@@ -62,17 +64,24 @@ def test_every_container_is_wrapped_and_knows_where_to_write() -> None:
 def test_the_rotation_bounds_come_from_the_spec() -> None:
     ray_job = _ray_job(logging={"containerLogs": {"maxSize": "1Mi", "maxFiles": 2}})
     for role, (_, container) in _containers(ray_job).items():
-        assert "--max-size 1Mi --max-files 2 --" in container["args"][0], role
+        assert "--max-size 1Mi --max-files 2" in container["args"][0], role
 
 
-def test_a_read_write_once_volume_stays_off_the_submitter() -> None:
-    """It attaches to the GPU node only; the submitter may run elsewhere."""
-    ray_job = _ray_job(checkpoint={"storage": {"size": "10Gi", "accessMode": "ReadWriteOnce"}})
-    _, submitter = _containers(ray_job)["submitter"]
+def test_a_read_write_once_volume_takes_the_submitter_to_the_workers_node() -> None:
+    """It attaches to one node: the submitter joins the worker there (as the head does),
+    unless the platform pins the submitter to a node pool of its own: then no log of it."""
+    storage = {"storage": {"size": "10Gi", "accessMode": "ReadWriteOnce"}}
+    ray_job = _ray_job(checkpoint=storage)
+    template, submitter = _containers(ray_job)["submitter"]
+    head_template, head = _containers(ray_job)["head"]
+    assert template["spec"]["affinity"] == head_template["spec"]["affinity"]
+    assert _env(submitter)["RLHF_LOGS_DIR"] == _env(head)["RLHF_LOGS_DIR"]
+    pinned = replace(SETTINGS, policy=PlatformPolicy(node_selector=(("pool", "system"),)))
+    ray_job = render_children(make_job(checkpoint=storage), pinned, attempt=2).ray_job
+    template, submitter = _containers(ray_job)["submitter"]
+    assert "affinity" not in template["spec"]
     assert "/storage" not in {m["mountPath"] for m in submitter["volumeMounts"]}
     assert "RLHF_LOGS_DIR" not in _env(submitter)
-    _, head = _containers(ray_job)["head"]
-    assert _env(head)["RLHF_LOGS_DIR"] == "/storage/ppo-7b/logs/attempt-2"
 
 
 def _bash(container: JSON, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

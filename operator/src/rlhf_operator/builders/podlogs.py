@@ -11,7 +11,9 @@ already submitted by an earlier try of the submitter, else submit it), with the 
 submission id KubeRay puts into its environment.
 
 Each wrapped container learns where to write from `RLHF_LOGS_DIR` (the attempt's directory)
-and `RLHF_POD_NAME` (the downward API).
+and `RLHF_POD_NAME` (the downward API). The head's wrapper also keeps the job's Events: the
+head pod lives from an attempt's start to its end and holds the job's ServiceAccount token,
+whose Role lets it list and watch Events (report.py); the operator mounts no job's volume.
 """
 
 from __future__ import annotations
@@ -58,18 +60,20 @@ def logs_env(job: RLHFJob, attempt: int) -> list[JSON]:
     ]
 
 
-def wrapper(container: str, limits: ContainerLogsConfig) -> str:
-    """The wrapper's command line, to which the container's own command is appended."""
+def wrapper(container: str, limits: ContainerLogsConfig, *, events: bool = False) -> str:
+    """The wrapper's command line, to which the container's own command is appended.
+    `events`: the head's, which also keeps the job's Events (rlhf_trainer.podlogs.events)."""
     return (
         f"exec python -m rlhf_trainer.podlogs --container {shlex.quote(container)} "
-        f"--max-size {limits.max_size} --max-files {limits.max_files} --"
+        f"--max-size {limits.max_size} --max-files {limits.max_files}"
+        f"{' --events' if events else ''} --"
     )
 
 
-def ray_command(job: RLHFJob, container: str) -> tuple[list[str], list[str]]:
+def ray_command(job: RLHFJob, container: str, *, head: bool) -> tuple[list[str], list[str]]:
     """(command, args) of a head or worker container: `ray start` as KubeRay generated it."""
     limits = job.spec.logging.container_logs
-    return list(SHELL), [f"{ULIMIT}; {wrapper(container, limits)} {RAY_START}"]
+    return list(SHELL), [f"{ULIMIT}; {wrapper(container, limits, events=head)} {RAY_START}"]
 
 
 def submitter_command(job: RLHFJob, container: str, entrypoint: str) -> tuple[list[str], list[str]]:

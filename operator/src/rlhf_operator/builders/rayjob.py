@@ -93,7 +93,7 @@ def _pod_template(
     )
     volumes, mounts = volumes + more_volumes, mounts + more_mounts
     # `ray start` in the log wrapper (podlogs.py): the container's output is kept on the volume.
-    command, args = ray_command(job, container_name)
+    command, args = ray_command(job, container_name, head=reports)
     container: JSON = {
         "name": container_name,
         "image": trainer_image(job, settings),
@@ -187,12 +187,16 @@ def _submitter_template(job: RLHFJob, settings: OperatorSettings, attempt: int) 
     """KubeRay's submitter pod (`ray job submit`, which follows the driver's output): under
     the job's ServiceAccount (never the namespace's default one) without its token, with the
     job's Ray token, and as hardened as every other pod of the job. Its output is kept on the
-    job's volume (podlogs.py), except with a ReadWriteOnce volume, which attaches to the GPU
-    node only: there the trainer's own log (trainer.jsonl) has the driver's records."""
+    job's volume (podlogs.py); a ReadWriteOnce volume attaches to one node, so the submitter
+    then joins the worker's node, unless the platform pins it to a node pool of its own
+    (`policy.nodeSelector`): there its output is not kept (the driver's records are, in
+    trainer.jsonl)."""
     amounts = {"cpu": "500m", "memory": "512Mi"}
     volumes, mounts = scratch(SUBMITTER_SCRATCH, SUBMITTER_SCRATCH, None)
     env = ray_auth_env(job)
-    if storage_access_mode(job) is not AccessMode.READ_WRITE_ONCE:
+    one_node = storage_access_mode(job) is AccessMode.READ_WRITE_ONCE
+    keeps_logs = not (one_node and settings.policy.node_selector)
+    if keeps_logs:
         volume, mount = storage_volume(job)
         volumes, mounts = [volume, *volumes], [mount, *mounts]
         env = env + logs_env(job, attempt)
@@ -225,6 +229,8 @@ def _submitter_template(job: RLHFJob, settings: OperatorSettings, attempt: int) 
     if settings.policy.node_selector:
         # The platform's own node pool; the job's (GPU) selector is for its Ray pods.
         template["spec"]["nodeSelector"] = dict(settings.policy.node_selector)
+    elif one_node:
+        template["spec"]["affinity"] = _beside_worker(job, attempt)
     return template
 
 

@@ -1,6 +1,7 @@
 """The trainer's identity and report: a ServiceAccount, a ConfigMap `<job>-report` that the
-trainer writes its progress and outcome into, and a Role whose one rule lets that
-ServiceAccount `patch` that one ConfigMap (`resourceNames`) and nothing else.
+trainer writes its progress and outcome into, and a Role whose rules let that ServiceAccount
+`patch` that one ConfigMap (`resourceNames`), and read (list, watch) the namespace's Events,
+of which its head pod keeps the job's with its logs; nothing else.
 
 The trainer cannot change its RLHFJob at all: conditions, phase and retries are decided by the
 operator alone, which validates the report before mirroring it into `status.trainer`
@@ -49,7 +50,10 @@ def build_role(job: RLHFJob) -> JSON:
                 "resources": ["configmaps"],
                 "resourceNames": [report_name(job.name)],
                 "verbs": ["patch"],
-            }
+            },
+            # The head pod keeps the job's Events on its volume (the logs that outlive the
+            # pods): reading Events cannot be narrowed to one object's; it keeps the job's.
+            {"apiGroups": [""], "resources": ["events"], "verbs": ["list", "watch"]},
         ],
     }
 
