@@ -62,9 +62,17 @@ stop_daemon() {
   local pid
   pid="$(cat "${cache}/docker/dockerd.pid" 2>/dev/null)" || return 0
   kill -TERM "${pid}" 2>/dev/null || return 0
-  for _ in $(seq 1 150); do kill -0 "${pid}" 2>/dev/null || { log "private dockerd stopped"; return 0; }; sleep 0.2; done
-  log "private dockerd (pid ${pid}) did not stop within 30 s; killing it"
-  kill -KILL "${pid}" 2>/dev/null || true
+  local stopped=""
+  for _ in $(seq 1 150); do kill -0 "${pid}" 2>/dev/null || { stopped=1; break; }; sleep 0.2; done
+  if [[ -n "${stopped}" ]]; then
+    log "private dockerd stopped"
+  else
+    log "private dockerd (pid ${pid}) did not stop within 30 s; killing it"
+    kill -KILL "${pid}" 2>/dev/null || true
+  fi
+  # dockerd leaves its default network namespace mounted under the exec root: without this the
+  # cache folder cannot be removed ("Device or resource busy") until someone unmounts it.
+  findmnt -rn -o TARGET | grep "^${cache}/docker/exec/" | xargs -r umount 2>/dev/null || true
 }
 
 start_daemon() {
