@@ -3,7 +3,8 @@ where its results go besides the job's storage volume.
 
 On a cluster the final model (`final/`, Hugging Face format), `metrics.jsonl` and the
 TensorBoard logs are always written to the job's storage volume (the checkpoint PVC), so they
-outlive the pods; `output.uri: s3://<bucket>/<prefix>` uploads them too once training ends.
+outlive the pods; `output.uri: s3://<bucket>/<prefix>` uploads them too once training ends, and
+the pods' logs (`<job>/logs/`, rlhf_trainer.config.podlogs) under `logs/` after each attempt.
 Locally (`rlhf run`) they go to `./runs/<name>/` and are uploaded the same way when asked.
 """
 
@@ -51,5 +52,6 @@ class OutputConfig(ConfigModel):
         max_length=PATH_MAX,
         pattern=rf"^{S3_SCHEME}[a-z0-9][a-z0-9.-]{{1,61}}[a-z0-9](/.*)?$",
         description="s3://<bucket>/<prefix>: upload final/, metrics.jsonl and tensorboard/ "
-        "there after training (besides the job's storage volume).",
+        "there after training, and the pods' logs under logs/ after each attempt (besides the "
+        "job's storage volume).",
     )
