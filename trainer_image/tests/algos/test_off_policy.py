@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from rlhf_trainer.algos.losses import cispo_policy_loss, gspo_policy_loss
+from rlhf_trainer.algos.losses import cispo_policy_loss, gspo_policy_loss, ppo_policy_loss
 from rlhf_trainer.algos.rewards import rollout_correction
 
 B, T = 7, 9
@@ -255,6 +255,70 @@ def test_cispo_matches_reference_values_and_gradients(
     # Unlike PPO, every real token keeps a gradient, clipped or not.
     real = batch["mask"]
     assert bool((logp.grad[real] != 0).all())
+
+
+# --- the correction's weights and keep mask on each loss ----------------------------------
+
+
+def weighted_reference(
+    loss: str, logp: Tensor, old: Tensor, adv: Tensor, weights: Tensor, keep: Tensor
+) -> Tensor:
+    """Each loss per token (GSPO in its token form: the sequence ratio carries each token's
+    own gradient), times the token's weight, averaged over the kept tokens as the loss does."""
+    rows = []
+    for i, positions in enumerate(_rows(keep)):
+        terms = []
+        if loss == "gspo" and positions:
+            log_s = sum(logp[i, t] - old[i, t] for t in positions) / len(positions)
+        for t in positions:
+            a, w = adv[i, t], float(weights[i, t])
+            if loss == "ppo":
+                r = torch.exp(logp[i, t] - old[i, t])
+                term = torch.maximum(-a * r, -a * r.clamp(0.8, 1.2))
+            elif loss == "gspo":
+                r = torch.exp(log_s.detach() + logp[i, t] - logp[i, t].detach())
+                term = torch.maximum(-a * r, -a * r.clamp(1 - 3e-4, 1 + 4e-4))
+            else:
+                r_hat = min(math.exp(float((logp[i, t] - old[i, t]).detach())), 1.2)
+                term = -r_hat * a * logp[i, t]
+            terms.append(term * w)
+        rows.append(terms)
+    if loss == "gspo":
+        return torch.stack([torch.stack(r).mean() for r in rows if r]).mean()
+    flat = [term for r in rows for term in r]
+    return torch.stack(flat).sum() / len(flat)
+
+
+@pytest.mark.parametrize("loss", ["ppo", "gspo", "cispo"])
+@pytest.mark.parametrize(
+    ("mode", "level"), [("tis", "token"), ("mis", "sequence"), ("icepop", "token")]
+)
+def test_correction_weights_and_keep_mask_on_each_loss(loss: str, mode: str, level: str) -> None:
+    batch = padded_batch(3)
+    weights, keep, stats = rollout_correction(
+        batch["old"], batch["rollout"], batch["mask"], mode, level, 1.5, 0.7
+    )
+    if mode != "tis":
+        assert 0 < float(stats["masked_fraction"]) < 1  # the case drops some, not all
+    # Garbage in the padding of the weights must not leak either.
+    weights = _with_garbage(weights, batch["mask"])
+    adv = batch["seq_adv_bt"] if loss == "gspo" else batch["token_adv"]
+    logp = batch["logp"].clone().requires_grad_(True)
+    if loss == "ppo":
+        value, _ = ppo_policy_loss(logp, batch["old"], adv, keep, weights=weights)
+    elif loss == "gspo":
+        value, _ = gspo_policy_loss(logp, batch["old"], adv, keep, weights=weights)
+    else:
+        value, _ = cispo_policy_loss(logp, batch["old"], adv, keep, 0.2, weights=weights)
+    value.backward()
+    ref_logp = batch["logp"].clone().requires_grad_(True)
+    ref = weighted_reference(loss, ref_logp, batch["old"], adv, weights, keep)
+    ref.backward()
+    torch.testing.assert_close(value, ref)
+    assert logp.grad is not None and ref_logp.grad is not None
+    torch.testing.assert_close(logp.grad, ref_logp.grad)
+    # Dropped tokens get no gradient.
+    assert bool((logp.grad[batch["mask"] & (weights == 0)] == 0).all())
 
 
 # --- bad input ---------------------------------------------------------------------------
