@@ -16,7 +16,6 @@ from torch import Tensor
 from rlhf_trainer.objectives.online import PolicyLossSettings, policy_objective
 
 from ..forward import action_log_probs, chunked
-from ..strategy import OptimSpec, init_train_engine
 from ..vllm_engine import Generated, SamplingSettings
 from ..weights import (
     OBJECT_STORE_BUCKET_BYTES,
@@ -31,7 +30,7 @@ from ..weights import (
     state_dict_for_export,
     unwrap,
 )
-from .base import RankBase, WorkerSettings, count_params
+from .base import RankBase, WorkerSettings
 from .trained import TrainedRank
 
 
@@ -44,18 +43,8 @@ class ActorWorker(TrainedRank):
 
     def build(self) -> int:
         """Load the model (with LoRA and gradient checkpointing if asked) into DeepSpeed."""
-        from rlhf_trainer.models.loading import load_trainable_causal_lm
-
-        t = self.settings.job.training
-        model = load_trainable_causal_lm(
-            self.settings.model_dir, t, self.load_options(), self.device
-        )
-        optim = OptimSpec(t.actor_learning_rate, self.settings.total_optimizer_steps)
-        self.engine = init_train_engine(
-            model, t, optim, self.world_size, on_gpu=self.settings.on_gpu
-        )
-        self.check_packing(self.engine)
-        return count_params(model)
+        lr = self.settings.job.training.actor_learning_rate
+        return self.build_engine(value_model=False, learning_rate=lr)
 
     # --- experience -----------------------------------------------------------------------
     def log_probs(self, batch: dict[str, Tensor]) -> Tensor:

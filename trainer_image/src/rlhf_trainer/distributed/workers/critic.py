@@ -9,15 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from torch import Tensor
 
 from rlhf_trainer.objectives.online import critic_objective
 
 from ..forward import action_values, chunked
-from ..strategy import OptimSpec, init_train_engine
 from ..weights import unwrap
-from .base import RankBase, WorkerSettings, count_params
+from .base import RankBase, WorkerSettings
 from .trained import TrainedRank
 
 
@@ -26,22 +24,8 @@ class CriticWorker(TrainedRank):
         RankBase.__init__(self, role, rank, world_size, settings)
 
     def build(self) -> int:
-        from rlhf_trainer.models.loading import load_value_model
-
-        t = self.settings.job.training
-        model = load_value_model(
-            self.settings.model_dir, torch.float32, self.load_options(), head_seed=t.seed
-        )
-        if t.gradient_checkpointing:
-            model.gradient_checkpointing_enable(
-                gradient_checkpointing_kwargs={"use_reentrant": False}
-            )
-        optim = OptimSpec(t.critic_learning_rate, self.settings.total_optimizer_steps)
-        self.engine = init_train_engine(
-            model, t, optim, self.world_size, on_gpu=self.settings.on_gpu
-        )
-        self.check_packing(self.engine, value_model=True)
-        return count_params(model)
+        lr = self.settings.job.training.critic_learning_rate
+        return self.build_engine(value_model=True, learning_rate=lr)
 
     def values(self, batch: dict[str, Tensor]) -> Tensor:
         self.engine.eval()

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from torch import Tensor
 
 from rlhf_trainer.objectives.kinds import offline_spec
 
-from ..strategy import OptimSpec, init_train_engine
 from ..weights import state_dict_for_export, unwrap
-from .base import RankBase, WorkerSettings, count_params
+from .base import RankBase, WorkerSettings
 from .offline_step import OfflineStep
 from .trained import TrainedRank
 
@@ -31,34 +29,9 @@ class OfflineTrainRank(TrainedRank):
         self.offline_step = OfflineStep(self, self.spec)
 
     def build(self) -> int:
-        t = self.settings.job.training
-        model: Any
-        if self.spec.model_kind == "reward":
-            from rlhf_trainer.models.loading import load_value_model
-
-            # From a causal LM only the backbone loads and the head is seeded (deterministic).
-            model = load_value_model(
-                self.settings.model_dir, torch.float32, self.load_options(), head_seed=t.seed
-            )
-            if t.gradient_checkpointing:
-                model.gradient_checkpointing_enable(
-                    gradient_checkpointing_kwargs={"use_reentrant": False}
-                )
-        else:
-            model = self._causal_lm()
-        optim = OptimSpec(t.actor_learning_rate, self.settings.total_optimizer_steps)
-        self.engine = init_train_engine(
-            model, t, optim, self.world_size, on_gpu=self.settings.on_gpu
-        )
-        self.check_packing(self.engine, value_model=self.spec.model_kind == "reward")
-        return count_params(model)
-
-    def _causal_lm(self) -> Any:
-        from rlhf_trainer.models.loading import load_trainable_causal_lm
-
-        return load_trainable_causal_lm(
-            self.settings.model_dir, self.settings.job.training, self.load_options(), self.device
-        )
+        # A reward model is trained as a value model; everything else as a causal LM.
+        lr = self.settings.job.training.actor_learning_rate
+        return self.build_engine(value_model=self.spec.model_kind == "reward", learning_rate=lr)
 
     def train_step(self, shard: dict[str, Tensor], step: int) -> dict[str, float]:
         return self.offline_step(shard, step)

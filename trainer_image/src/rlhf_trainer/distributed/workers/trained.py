@@ -1,4 +1,5 @@
-"""Shared by the trained roles (actor, critic): DeepSpeed engine, PPO epochs, checkpoints.
+"""Shared by the trained roles (actor, critic, the offline trainers' model): loading into a
+DeepSpeed engine, PPO epochs, checkpoints.
 
 A `train` call gets this rank's shard of the step's experience and runs `ppoEpochs` passes
 over it in shuffled micro-batches; DeepSpeed accumulates gradients until `trainBatchSize`
@@ -23,7 +24,8 @@ from rlhf_trainer.checkpoint_manifest import fsync_tree
 from rlhf_trainer.models.qlora import is_quantized_model
 
 from ..forward import trim_padding
-from .base import RankBase
+from ..strategy import OptimSpec, init_train_engine
+from .base import RankBase, count_params
 
 CHECKPOINT_TAG = "engine"
 
@@ -34,6 +36,33 @@ class NonFiniteLossError(FloatingPointError):
 
 class TrainedRank(RankBase):
     engine: Any
+
+    def build_engine(self, *, value_model: bool, learning_rate: float) -> int:
+        """The trained model in a DeepSpeed engine, its packing checked: a causal LM (with
+        LoRA and gradient checkpointing as asked), or a value model (backbone + a head seeded
+        by `training.seed`: from a causal LM only the backbone loads). Its parameter count."""
+        from rlhf_trainer.models.loading import load_trainable_causal_lm, load_value_model
+
+        t = self.settings.job.training
+        model: Any
+        if value_model:
+            model = load_value_model(
+                self.settings.model_dir, torch.float32, self.load_options(), head_seed=t.seed
+            )
+            if t.gradient_checkpointing:
+                model.gradient_checkpointing_enable(
+                    gradient_checkpointing_kwargs={"use_reentrant": False}
+                )
+        else:
+            model = load_trainable_causal_lm(
+                self.settings.model_dir, t, self.load_options(), self.device
+            )
+        optim = OptimSpec(learning_rate, self.settings.total_optimizer_steps)
+        self.engine = init_train_engine(
+            model, t, optim, self.world_size, on_gpu=self.settings.on_gpu
+        )
+        self.check_packing(self.engine, value_model=value_model)
+        return count_params(model)
 
     def _shuffle_generator(self, step: int) -> torch.Generator:
         # The order depends only on (seed, step, rank): identical after a resume.
