@@ -128,14 +128,7 @@ def register(
     async def ray_job_event(
         type: str, namespace: str | None, name: str, labels: kopf.Labels, **_: Any
     ) -> None:
-        key = (namespace or "", labels[JOB_LABEL])
-        if type == "DELETED":
-            controller.child_deleted(key[0], "RayJob", name)
-            await _quietly_after_deletion(controller, key, "rayjob-deleted")
-            return
-        owner = controller.job_body(key)
-        if owner is not None:
-            await _quietly(controller, owner, "rayjob-event")
+        await _child_event(controller, "RayJob", type, namespace, name, labels, "rayjob")
 
     @kopf.on.event("", "v1", "pods", labels=POD_LABELS, registry=registry)
     async def pod_event(namespace: str | None, labels: kopf.Labels, **_: Any) -> None:
@@ -150,14 +143,28 @@ def register(
         type: str, namespace: str | None, name: str, labels: kopf.Labels, **_: Any
     ) -> None:
         # The trainer wrote its report (or the object went): mirror it into status.trainer.
-        key = (namespace or "", labels[JOB_LABEL])
-        if type == "DELETED":
-            controller.child_deleted(key[0], "ConfigMap", name)
-            await _quietly_after_deletion(controller, key, "report-deleted")
-            return
-        owner = controller.job_body(key)
-        if owner is not None:
-            await _quietly(controller, owner, "report-event")
+        await _child_event(controller, "ConfigMap", type, namespace, name, labels, "report")
+
+
+async def _child_event(
+    controller: Controller,
+    kind: str,
+    type: str,
+    namespace: str | None,
+    name: str,
+    labels: kopf.Labels,
+    trigger: str,
+) -> None:
+    """An event on a job's child: one deleted is applied again if the job still exists (and
+    still wants it); any other change runs the job's pass."""
+    key = (namespace or "", labels[JOB_LABEL])
+    if type == "DELETED":
+        controller.child_deleted(key[0], kind, name)
+        await _quietly_after_deletion(controller, key, f"{trigger}-deleted")
+        return
+    owner = controller.job_body(key)
+    if owner is not None:
+        await _quietly(controller, owner, f"{trigger}-event")
 
 
 async def _changed(controller: Controller, body: kopf.Body, trigger: str) -> None:
