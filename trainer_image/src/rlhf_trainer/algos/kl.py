@@ -28,6 +28,9 @@ from ._validation import (
 )
 
 KL_KINDS: Final = ("k1", "k2", "k3")
+# Log-ratios beyond this are numerically meaningless and would overflow exp (verl uses 20 too):
+# every importance ratio of the losses and the rollout correction is clamped to it first.
+MAX_LOG_RATIO: Final = 20.0
 
 
 def kl_estimate(

@@ -24,6 +24,7 @@ from ._validation import (
     require_same_shape,
     require_tensor,
 )
+from .kl import MAX_LOG_RATIO
 from .masking import masked_count, masked_mean, masked_sum, token_weighted
 from .ratio_losses import cispo_policy_loss as cispo_policy_loss
 from .ratio_losses import gspo_policy_loss as gspo_policy_loss
@@ -35,8 +36,6 @@ AGGREGATIONS: Final = (
     "seq-mean-token-sum-norm",
 )
 DPO_KINDS: Final = ("dpo", "ipo")
-# Log-ratios beyond this are numerically meaningless and would overflow exp (verl uses 20 too).
-_MAX_LOG_RATIO: Final = 20.0
 
 
 def _real(mask: Tensor) -> Tensor:
@@ -121,7 +120,7 @@ def ppo_policy_loss(
     advantages = advantages.detach()
     # Select before exp: padding log-probs may be -inf.
     log_ratio = torch.where(real, logp - old_logp.detach(), 0.0)
-    ratio = torch.exp(log_ratio.clamp(min=-_MAX_LOG_RATIO, max=_MAX_LOG_RATIO))
+    ratio = torch.exp(log_ratio.clamp(min=-MAX_LOG_RATIO, max=MAX_LOG_RATIO))
     unclipped = -advantages * ratio
     clipped = -advantages * ratio.clamp(min=1.0 - clip_low, max=1.0 + clip_high)
     loss_mat = torch.maximum(unclipped, clipped)

@@ -11,8 +11,6 @@
 
 from __future__ import annotations
 
-from typing import Final
-
 import torch
 from torch import Tensor
 
@@ -23,10 +21,8 @@ from ._validation import (
     require_number_in,
     require_same_shape,
 )
+from .kl import MAX_LOG_RATIO
 from .masking import masked_count, masked_mean, token_weighted
-
-# Log-ratios beyond this are numerically meaningless and would overflow exp (as in losses.py).
-_MAX_LOG_RATIO: Final = 20.0
 
 
 def _checked_inputs(
@@ -88,7 +84,7 @@ def gspo_policy_loss(
     log_seq_ratio = masked_mean(log_ratio, real, dim=-1, keepdim=True)
     safe_logp = torch.where(real, logp, 0.0)
     token_log_ratio = log_seq_ratio.detach() + safe_logp - safe_logp.detach()
-    ratio = token_log_ratio.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO).exp()
+    ratio = token_log_ratio.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO).exp()
     unclipped = -advantages * ratio
     clipped = -advantages * ratio.clamp(min=1.0 - clip_low, max=1.0 + clip_high)
     loss_mat = token_weighted(torch.maximum(unclipped, clipped), weights, real)
@@ -135,7 +131,7 @@ def cispo_policy_loss(
 
     log_ratio = torch.where(real, logp - old_logp.detach(), 0.0)
     with torch.no_grad():
-        ratio = log_ratio.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO).exp()
+        ratio = log_ratio.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO).exp()
         low = None if clip_low is None else 1.0 - clip_low
         weight = ratio.clamp(min=low, max=1.0 + clip_high)
     loss_mat = -weight * advantages * torch.where(real, logp, 0.0)

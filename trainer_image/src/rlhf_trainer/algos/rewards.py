@@ -28,13 +28,11 @@ from ._validation import (
     require_same_shape,
     require_tensor,
 )
-from .kl import kl_estimate
+from .kl import MAX_LOG_RATIO, kl_estimate
 from .masking import last_token_mask, masked_count, masked_mean, masked_sum
 
 ROLLOUT_CORRECTION_MODES: Final = ("tis", "mis", "icepop")
 ROLLOUT_CORRECTION_LEVELS: Final = ("token", "sequence")
-# Log-ratios beyond this are numerically meaningless and would overflow exp (as in losses.py).
-_MAX_LOG_RATIO: Final = 20.0
 
 
 def shape_token_rewards(score: Tensor, kl: Tensor, mask: Tensor, kl_coef: float) -> Tensor:
@@ -243,7 +241,7 @@ def rollout_correction(
     log_rho = torch.where(real, old_logp - rollout_logp, 0.0)
     if level == "sequence":
         log_rho = masked_sum(log_rho, real, dim=-1, keepdim=True).expand_as(log_rho)
-    rho = torch.where(real, log_rho.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO).exp(), 0.0)
+    rho = torch.where(real, log_rho.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO).exp(), 0.0)
 
     in_range = real & (rho >= lower) & (rho <= upper)
     if mode == "tis":
@@ -259,7 +257,7 @@ def rollout_correction(
     count = masked_count(real)
     stats = {
         "mismatch_kl": masked_mean(
-            kl_estimate(rollout_logp, old_logp, "k3", clamp=_MAX_LOG_RATIO, mask=real), real
+            kl_estimate(rollout_logp, old_logp, "k3", clamp=MAX_LOG_RATIO, mask=real), real
         ),
         "rho_mean": masked_mean(rho, real),
         "rho_min": torch.where(count > 0, torch.where(real, rho, torch.inf).amin(), 0.0),
