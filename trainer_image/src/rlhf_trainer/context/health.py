@@ -23,6 +23,11 @@ REWARD = "reward"
 EVAL_REWARD = "eval/mean_reward"
 # Metrics a non-finite value of which means the run diverged (the losses end in "loss").
 _WATCHED = ("kl", "reward", "entropy", "grad_norm")
+# What the patient guards' metrics mean, for their messages.
+_MEANING = {
+    "truncated": "share of responses that hit rollout.maxNewTokens",
+    "entropy": "mean token entropy of the policy",
+}
 
 
 @dataclass(frozen=True)
@@ -143,33 +148,29 @@ class HealthWatch:
         window.append(value)
         return list(window) if len(window) == self.cfg.patience else None
 
-    def _truncated(self, m: Mapping[str, float]) -> tuple[Guard, str] | None:
-        bound = self.cfg.max_truncated_fraction
+    def _held(
+        self, guard: Guard, m: Mapping[str, float], metric: str, bound: float | None, *, low: bool
+    ) -> tuple[Guard, str] | None:
+        """A patient guard: `metric` below `bound` (`low`), else at or above it, for the last
+        `patience` steps in a row."""
         if bound is None:
             return None
-        window = self._window(Guard.LONG_RESPONSES, m.get("truncated"))
-        if window is None or min(window) < bound:
+        window = self._window(guard, m.get(metric))
+        if window is None or (max(window) >= bound if low else min(window) < bound):
             return None
         values = ", ".join(_fmt(v) for v in window)
         return (
-            Guard.LONG_RESPONSES,
-            f"truncated (share of responses that hit rollout.maxNewTokens) was [{values}] "
-            f">= {bound:g} for {len(window)} steps in a row",
-        )
-
-    def _entropy(self, m: Mapping[str, float]) -> tuple[Guard, str] | None:
-        bound = self.cfg.min_entropy
-        if bound is None:
-            return None
-        window = self._window(Guard.ENTROPY, m.get("entropy"))
-        if window is None or max(window) >= bound:
-            return None
-        values = ", ".join(_fmt(v) for v in window)
-        return (
-            Guard.ENTROPY,
-            f"entropy (mean token entropy of the policy) was [{values}] < {bound:g} for "
+            guard,
+            f"{metric} ({_MEANING[metric]}) was [{values}] {'<' if low else '>='} {bound:g} for "
             f"{len(window)} steps in a row",
         )
+
+    def _truncated(self, m: Mapping[str, float]) -> tuple[Guard, str] | None:
+        bound = self.cfg.max_truncated_fraction
+        return self._held(Guard.LONG_RESPONSES, m, "truncated", bound, low=False)
+
+    def _entropy(self, m: Mapping[str, float]) -> tuple[Guard, str] | None:
+        return self._held(Guard.ENTROPY, m, "entropy", self.cfg.min_entropy, low=True)
 
     def _divergence(self, m: Mapping[str, float]) -> tuple[Guard, str] | None:
         n = self.cfg.reward_eval_divergence
