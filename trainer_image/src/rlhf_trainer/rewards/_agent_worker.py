@@ -17,7 +17,6 @@ was reached), as `_worker`'s. Standard library only, like `_worker`.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import sys
@@ -25,20 +24,13 @@ import traceback
 from typing import Any
 
 from rlhf_trainer.rewards._confine import Limits, confine, start_call_budget
-from rlhf_trainer.rewards._worker import failure, plain, send
+from rlhf_trainer.rewards._worker import failure, load_module, plain, send
 
 CLASS_NAME = "AgentInstance"
 
 
 def load_class(path: str) -> type:
-    spec = importlib.util.spec_from_file_location("user_agent", path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import {path}: not a Python file")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
-    spec.loader.exec_module(module)
-    cls = getattr(module, CLASS_NAME, None)
+    cls = getattr(load_module(path, "user_agent"), CLASS_NAME, None)
     if not isinstance(cls, type):
         raise AttributeError(f"{path} must define a class {CLASS_NAME}")
     return cls

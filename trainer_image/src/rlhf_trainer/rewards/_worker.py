@@ -29,6 +29,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any, TextIO
 
 from rlhf_trainer.rewards._confine import (
@@ -44,8 +45,9 @@ GRADE_MODE = "grade"
 GRADE_FUNCTION = "grade"
 
 
-def load_function(path: str, name: str = FUNCTION_NAME) -> Callable[..., Any]:
-    spec = importlib.util.spec_from_file_location("user_reward_function", path)
+def load_module(path: str, module_name: str) -> ModuleType:
+    """The user's file, imported as `module_name`."""
+    spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot import {path}: not a Python file")
     module = importlib.util.module_from_spec(spec)
@@ -53,6 +55,11 @@ def load_function(path: str, name: str = FUNCTION_NAME) -> Callable[..., Any]:
     # The file's own directory is importable, so helpers beside it can be imported.
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
     spec.loader.exec_module(module)
+    return module
+
+
+def load_function(path: str, name: str = FUNCTION_NAME) -> Callable[..., Any]:
+    module = load_module(path, "user_reward_function")
     func: Callable[..., Any] | None = getattr(module, name, None)
     if not callable(func):
         wanted = "(sample, item)" if name == GRADE_FUNCTION else "(queries, prompts, labels)"

@@ -191,15 +191,7 @@ class ConfinedAgents:
     def _step(self, episode: int, history: _History, response: str, turn: int) -> dict[str, Any]:
         if history.worker != self.runner.restarts:
             self._replay(episode, history)
-        message = {
-            "op": "step",
-            "id": episode,
-            "prompt": history.prompt,
-            "response": response,
-            "label": history.label,
-            "turn": turn,
-        }
-        result = self.runner.call("step", message)["result"]
+        result = self.runner.call("step", _step_message(episode, history, response, turn))["result"]
         history.steps.append((response, turn))
         return dict(result)
 
@@ -208,15 +200,18 @@ class ConfinedAgents:
         history.worker = self.runner.restarts
         self._reset(episode, history)
         for response, turn in history.steps:
-            message = {
-                "op": "step",
-                "id": episode,
-                "prompt": history.prompt,
-                "response": response,
-                "label": history.label,
-                "turn": turn,
-            }
-            self.runner.call("step", message)
+            self.runner.call("step", _step_message(episode, history, response, turn))
         # Another failure meanwhile started yet another worker: replay again on the next step.
         if history.worker != self.runner.restarts:
             history.worker = -1
+
+
+def _step_message(episode: int, history: _History, response: str, turn: int) -> dict[str, Any]:
+    return {
+        "op": "step",
+        "id": episode,
+        "prompt": history.prompt,
+        "response": response,
+        "label": history.label,
+        "turn": turn,
+    }
