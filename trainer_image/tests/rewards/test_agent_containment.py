@@ -18,8 +18,8 @@ import pytest
 from rlhf_trainer.config import FailureClass, JobConfig, RewardErrorPolicy, RewardFunctionLimits
 from rlhf_trainer.loop.rollout import PromptInput, multi_turn
 from rlhf_trainer.rewards.agent_runner import AgentError, AgentLimitError, ConfinedAgents
-from rlhf_trainer.rewards.sandbox import session_members
 from rlhf_trainer.runner.outcome import classify, explain
+from rlhf_trainer.sandbox.session import session_members
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -22,8 +22,8 @@ from rlhf_trainer.rewards.function_runner import (
     RewardFunctionRunner,
     RewardFunctionTimeout,
 )
-from rlhf_trainer.rewards.sandbox import session_members, worker_env
 from rlhf_trainer.runner.outcome import classify, explain
+from rlhf_trainer.sandbox.session import session_members, worker_env
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -1,7 +1,7 @@
 """A python grader's `grade(sample, item) -> float`, run in the reward-function sandbox.
 
 The source is written to a private directory and loaded by the same worker process as a
-`models.rewardFunction` file (`rlhf_trainer.rewards._worker` in its `grade` mode): its own
+`models.rewardFunction` file (`rlhf_trainer.sandbox._worker` in its `grade` mode): its own
 session, the limits of `limits` (memory, CPU, files, processes, output), an environment
 without the job's secrets, every process killed at the end or on a timeout. A sample whose
 `grade` raises is that sample's error; a timeout, a broken limit or a dead worker fails the
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from rlhf_trainer.config import RewardFunctionLimits
-from rlhf_trainer.rewards.worker_process import WorkerProcess
+from rlhf_trainer.sandbox.process import WorkerProcess
 
 GRADE_MODE = "grade"
 START_TIMEOUT = 60.0

@@ -4,7 +4,7 @@ Import the submodules directly (this file imports nothing):
 
 - `rlhf_trainer.rewards.function_runner`: `RewardFunctionRunner(path, timeout_seconds,
   limits=...)`: a user's `reward_func(queries, prompts, labels)` in its own confined process
-  (`worker_process`, `sandbox`, `_confine`, `_worker`); `on_error.ZeroOnError` scores the
+  (`rlhf_trainer.sandbox`); `on_error.ZeroOnError` scores the
   samples it fails on 0 (`models.rewardFunction.onError: zero`).
 - `rlhf_trainer.rewards.builtin`: builtin reward functions (`BuiltinRewardFunction(name)`).
 - `rlhf_trainer.rewards.remote`: `RemoteRewardClient`: an HTTP reward service with retries.

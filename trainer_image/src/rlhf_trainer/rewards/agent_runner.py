@@ -33,7 +33,7 @@ from .confined import ConfinedRunner, ErrorKinds
 
 log = logging.getLogger(__name__)
 
-AGENT_WORKER_MODULE = "rlhf_trainer.rewards._agent_worker"
+AGENT_WORKER_MODULE = "rlhf_trainer.sandbox._agent_worker"
 
 
 class AgentFailure(RuntimeError):

@@ -3,7 +3,7 @@
 
 Each request has a time limit, after which the worker's whole process group is killed and a
 fresh worker starts on the next request; the process runs under the job's limits (memory,
-CPU, open files, processes, file size: `_confine` and `sandbox`), without the job's secrets in
+CPU, open files, processes, file size: `rlhf_trainer.sandbox`), without the job's secrets in
 its environment, and what it prints and returns is capped (`outputBytes`). An exception comes
 back as the kind's code error carrying the user's traceback; a broken limit as its limit error
 naming the limit, its value and the field to change; a worker that dies otherwise (segfault,
@@ -28,9 +28,8 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from rlhf_trainer.config import RewardFunctionLimits
-
-from ._confine import cpu_hard_limit
-from .worker_process import WorkerProcess
+from rlhf_trainer.sandbox._confine import cpu_hard_limit
+from rlhf_trainer.sandbox.process import WorkerProcess
 
 log = logging.getLogger(__name__)
 

@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rlhf_trainer.config.outcome import InvalidSpecError
+from rlhf_trainer.sandbox.process import WORKER_MODULE
 
 from .confined import ConfinedRunner, ErrorKinds
 from .output import RewardOutputError, RewardResult, parse_reward_output
-from .worker_process import WORKER_MODULE
 
 
 class RewardFunctionError(RuntimeError):

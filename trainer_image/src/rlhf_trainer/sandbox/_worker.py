@@ -1,4 +1,4 @@
-"""The reward-function worker process: `python -m rlhf_trainer.rewards._worker FILE LIMITS
+"""The reward-function worker process: `python -m rlhf_trainer.sandbox._worker FILE LIMITS
 [MODE]`.
 
 LIMITS is `models.rewardFunction.limits` as JSON; the worker confines itself to them (see
@@ -32,7 +32,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any, TextIO
 
-from rlhf_trainer.rewards._confine import (
+from rlhf_trainer.sandbox._confine import (
     Limits,
     broken_limit,
     confine,

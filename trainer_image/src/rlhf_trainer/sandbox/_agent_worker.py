@@ -1,4 +1,4 @@
-"""The multi-turn agent's worker process: `python -m rlhf_trainer.rewards._agent_worker FILE
+"""The multi-turn agent's worker process: `python -m rlhf_trainer.sandbox._agent_worker FILE
 LIMITS`, confined exactly as a reward function's (`_confine`, then `_worker`'s protocol
 helpers) before it imports FILE, which must define `AgentInstance`.
 
@@ -23,8 +23,8 @@ import sys
 import traceback
 from typing import Any
 
-from rlhf_trainer.rewards._confine import Limits, confine, start_call_budget
-from rlhf_trainer.rewards._worker import failure, load_module, plain, send
+from rlhf_trainer.sandbox._confine import Limits, confine, start_call_budget
+from rlhf_trainer.sandbox._worker import failure, load_module, plain, send
 
 CLASS_NAME = "AgentInstance"
 

@@ -24,9 +24,9 @@ from typing import Any
 
 from rlhf_trainer.config import RewardFunctionLimits
 
-from .sandbox import ProcessWatch, kill_session, worker_env
+from .session import ProcessWatch, kill_session, worker_env
 
-WORKER_MODULE = "rlhf_trainer.rewards._worker"
+WORKER_MODULE = "rlhf_trainer.sandbox._worker"
 # The worker imports this package: the directory that holds `rlhf_trainer`.
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 _CHUNK = 65536
