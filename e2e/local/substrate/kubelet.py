@@ -9,7 +9,9 @@ cluster (a headless Service by its pods' addresses, any other by its first ready
 there is no kube-proxy and no virtual IP). It also serves `kubectl logs`.
 
 Not emulated: resource accounting and limits (no cgroups: a pod may use every CPU and all the
-memory of the machine), node objects, image pulls, eviction, static pods.
+memory of the machine), node objects, image pulls, node-pressure eviction, static pods (the
+API server's Eviction API works: the kubelet keeps the DisruptionTarget condition it sets and
+runs the containers' preStop hooks within the grace period, pods.py).
 """
 
 from __future__ import annotations
@@ -69,6 +71,16 @@ class Kubelet:
         current = self.api.find("pods", meta["name"], meta["namespace"])
         if current is None or current["metadata"]["uid"] != meta["uid"]:
             return
+        # Conditions others set (DisruptionTarget, by an eviction) stay, as the kubelet's
+        # status manager keeps them.
+        mine = {c["type"] for c in status.get("conditions") or []}
+        theirs = [
+            c
+            for c in (current.get("status") or {}).get("conditions") or []
+            if c.get("type") not in mine
+        ]
+        if theirs:
+            status = {**status, "conditions": [*status.get("conditions", []), *theirs]}
         with contextlib.suppress(ApiError):
             self.api.patch(
                 "pods",
@@ -127,6 +139,9 @@ class Kubelet:
             if not selector:
                 continue
             headless = spec.get("clusterIP") == "None"
+            # As the EndpointSlice controller: with publishNotReadyAddresses every pod counts,
+            # terminating ones too (a Ray head in its grace period still serves its workers).
+            everyone = bool(spec.get("publishNotReadyAddresses"))
             members = [
                 p
                 for p in pods
@@ -134,10 +149,10 @@ class Kubelet:
                 and all(
                     (p["metadata"].get("labels") or {}).get(k) == v for k, v in selector.items()
                 )
-                and not p["metadata"].get("deletionTimestamp")
+                and (everyone or not p["metadata"].get("deletionTimestamp"))
             ]
             ready = [p for p in members if _ready(p)]
-            chosen = members if headless and spec.get("publishNotReadyAddresses") else ready
+            chosen = members if headless and everyone else ready
             addresses = [p["status"]["podIP"] for p in chosen]
             found[f"{meta['name']}.{meta['namespace']}"] = (
                 meta["namespace"],

@@ -1,8 +1,9 @@
 """One pod's life on the node, as a kubelet's pod worker lives it: pull (map) the images, mount
 the volumes, start the sandbox, run the init containers in order, then the containers with
-their restart policy and back-off, probe them, and stop everything on deletion (SIGTERM to each
-container's PID 1, SIGKILL after the grace period). The pod's status in the API follows every
-step with the kubelet's phases, conditions, container states, reasons and messages.
+their restart policy and back-off, probe them, and stop everything on deletion (each
+container's preStop hook, then SIGTERM to its PID 1, SIGKILL when the grace period is spent).
+The pod's status in the API follows every step with the kubelet's phases, conditions,
+container states, reasons and messages.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ JSON = dict[str, Any]
 log = logging.getLogger("substrate.kubelet")
 RETRY_SECONDS = 2.0  # a pod waiting for a Secret, ConfigMap or volume is retried this often
 BACKOFF_START, BACKOFF_MAX = 10.0, 300.0
+# What the kubelet leaves a container for SIGTERM when its preStop hook took the whole grace.
+MIN_GRACE_AFTER_HOOK = 2.0
 
 
 class PodWorker:
@@ -352,11 +355,41 @@ class PodWorker:
         process = c.process
         if process is None or process.returncode is not None:
             return
+        started = time.monotonic()
+        if not c.init and await self._pre_stop(c, grace):
+            grace = max(MIN_GRACE_AFTER_HOOK, grace - (time.monotonic() - started))
+        if process.returncode is not None:
+            return  # the hook ended it (`ray stop`)
         self.kubelet.runtime.signal(process, signal.SIGTERM)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(process.wait()), grace)
         self.kubelet.runtime.signal(process, signal.SIGKILL)
         await process.wait()
+
+    async def _pre_stop(self, c: Ctr, grace: float) -> bool:
+        """The container's preStop hook, if it has one (False: none), within `grace` seconds
+        (the kubelet kills a hook still running then); a failure is a Warning Event, and the
+        container is stopped all the same."""
+        hook = (c.spec.get("lifecycle") or {}).get("preStop") or {}
+        if not hook:
+            return False
+        if "sleep" in hook:
+            await asyncio.sleep(min(grace, float(hook["sleep"].get("seconds", 0))))
+            return True
+        plan = json.loads((c.directory / "plan.json").read_text()) if c.directory else {}
+        ok, why = await run_probe(
+            {**hook, "timeoutSeconds": grace},
+            container=c.spec,
+            pod_ip=self.sandbox.ip if self.sandbox is not None else "",
+            init_pid=self.kubelet.runtime.init_pid(c.process) if c.process else None,
+            uid=c.ids[0],
+            gid=c.ids[1],
+            env=plan.get("env"),
+        )
+        if not ok:
+            message = f'PreStopHook failed for container "{c.name}" in pod "{self.name}": {why}'
+            self.event("Warning", "FailedPreStopHook", message)
+        return True
 
     async def _teardown(self) -> None:
         running = [c for c in [*self.init, *self.main] if c.process is not None]

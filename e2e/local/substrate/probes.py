@@ -1,13 +1,16 @@
-"""Container probes as a kubelet runs them: httpGet and tcpSocket against the pod's address
-(the node reaches every pod over the bridge), exec inside the container's namespaces and root
-as its user (nsenter), with the probe's timeout. Startup probes are not run (none of the
-charts or KubeRay's pods here use one)."""
+"""Container probes and lifecycle hooks as a kubelet runs them: httpGet and tcpSocket against
+the pod's address (the node reaches every pod over the bridge), exec inside the container's
+namespaces and root as its user (nsenter), with the probe's timeout. Startup probes are not
+run (none of the charts or KubeRay's pods here use one). A preStop hook is an exec or httpGet
+action (or `sleep`) run like a probe, with the container's environment and the pod's remaining
+grace period as its timeout (pods.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import os
+import shutil
 from collections.abc import Mapping
 from typing import Any
 
@@ -33,8 +36,10 @@ async def run_probe(
     init_pid: int | None,
     uid: int,
     gid: int,
+    env: Mapping[str, str] | None = None,
 ) -> tuple[bool, str]:
-    """(success, what failed) for one probe attempt."""
+    """(success, what failed) for one probe attempt (or hook: `env` is the container's
+    environment, which a CRI exec gives its command)."""
     timeout = float(probe.get("timeoutSeconds", 1))
     try:
         if "httpGet" in probe:
@@ -57,19 +62,25 @@ async def run_probe(
             writer.close()
             return True, ""
         if "exec" in probe:
-            return await _exec(probe["exec"].get("command") or [], init_pid, uid, gid, timeout)
+            command = probe["exec"].get("command") or []
+            return await _exec(command, init_pid, uid, gid, timeout, env)
     except (OSError, TimeoutError, aiohttp.ClientError, ValueError) as err:
         return False, f"Get/dial failed: {err or type(err).__name__}"
     return False, "the probe has no httpGet, tcpSocket or exec action"
 
 
 async def _exec(
-    command: list[str], init_pid: int | None, uid: int, gid: int, timeout: float
+    command: list[str],
+    init_pid: int | None,
+    uid: int,
+    gid: int,
+    timeout: float,
+    env: Mapping[str, str] | None = None,
 ) -> tuple[bool, str]:
     if init_pid is None:
         return False, "the container is not running"
     process = await asyncio.create_subprocess_exec(
-        "nsenter",
+        shutil.which("nsenter") or "nsenter",
         "--target",
         str(init_pid),
         "--mount",
@@ -84,7 +95,7 @@ async def _exec(
         *command,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
-        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+        env=dict(env) if env is not None else {"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
     )
     try:
         out, _ = await asyncio.wait_for(process.communicate(), timeout)

@@ -18,6 +18,7 @@ import yaml
 from rlhf_operator.api.v1alpha1 import RLHFJob
 from rlhf_operator.builders.children import render_children
 from rlhf_operator.builders.common import BuildError, multiply_quantity
+from rlhf_operator.builders.rayjob import PRE_STOP
 from rlhf_operator.render import PLACEHOLDER_UID, render_file, to_yaml
 from rlhf_operator.settings import OperatorSettings
 from support.examples import example_files, local_only_examples
@@ -200,6 +201,12 @@ def test_pods_get_the_grace_to_checkpoint_on_preemption(policy: dict[str, Any], 
     assert [t["spec"]["terminationGracePeriodSeconds"] for t in templates] == [grace] * len(
         templates
     )
+    # Every Ray pod (not the submitter) has the driver checkpoint before it goes.
+    hooks = [t["spec"]["containers"][0]["lifecycle"]["preStop"]["exec"] for t in templates]
+    assert hooks == [{"command": PRE_STOP}] * len(templates)
+    assert "python -m rlhf_trainer prestop" in PRE_STOP[-1]
+    submitter = ray_job["spec"]["submitterPodTemplate"]["spec"]["containers"][0]
+    assert "lifecycle" not in submitter
     assert rayjob_errors(ray_job) == []
 
 

@@ -214,6 +214,13 @@ def _add_logs(sub: Any) -> None:
     logs.set_defaults(func=_cmd_logs)
 
 
+def _cmd_prestop(args: argparse.Namespace) -> int:
+    # Imported here: it needs Ray's job API.
+    from rlhf_trainer.distributed.prestop import prestop
+
+    return prestop()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rlhf", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -251,6 +258,13 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--output", "-o", choices=["text", "json"], default="text")
     plan.set_defaults(func=_cmd_plan)
     _add_logs(sub)
+
+    hook = sub.add_parser(
+        "prestop",
+        help="The Ray pods' preStop hook: stop the cluster's running Ray jobs (the driver "
+        "checkpoints its last finished step) and wait until they ended.",
+    )
+    hook.set_defaults(func=_cmd_prestop)
     return parser
 
 

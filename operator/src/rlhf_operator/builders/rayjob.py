@@ -73,6 +73,14 @@ def entrypoint(job: RLHFJob) -> str:
     )
 
 
+# Before SIGTERM, within the grace period: Ray stops the cluster's running jobs (the driver
+# checkpoints its last finished step while the ranks of every pod still serve it), then the
+# node stops at once, as KubeRay's samples' `ray stop` hook does (the shell that is the
+# container's PID 1 ignores SIGTERM: the pod would linger until SIGKILL). See
+# rlhf_trainer.distributed.prestop.
+PRE_STOP = ["/bin/sh", "-c", "python -m rlhf_trainer prestop; ray stop"]
+
+
 def _pod_template(
     job: RLHFJob,
     settings: OperatorSettings,
@@ -104,6 +112,7 @@ def _pod_template(
         "resources": resources,
         "volumeMounts": mounts,
         "securityContext": container_security_context(),
+        "lifecycle": {"preStop": {"exec": {"command": list(PRE_STOP)}}},
     }
     if ports:
         container["ports"] = ports
@@ -113,8 +122,8 @@ def _pod_template(
         "securityContext": pod_security_context(),
         "containers": [container],
         "volumes": volumes,
-        # After SIGTERM (a node drain, a Kueue eviction, a spot reclaim) the trainer writes a
-        # checkpoint of the last finished step; the kubelet waits this long before SIGKILL.
+        # A node drain, a Kueue eviction, a spot reclaim: the preStop hook has the driver
+        # checkpoint the last finished step; the kubelet waits this long before SIGKILL.
         "terminationGracePeriodSeconds": job.spec.run_policy.checkpoint_on_preemption_seconds,
     }
     if job.spec.image_pull_secrets:
