@@ -205,3 +205,45 @@ def test_an_undisrupted_attempt_with_no_word_is_still_charged() -> None:
     got = decide(body, observed, SETTINGS, NOW).status
     assert (got.restarts, got.preemptions) == (1, 0)
     assert conditions(got)["Restarted"] == ("True", "Retrying")
+
+
+PREEMPTED_OUTCOME = {
+    "outcome": {
+        "attempt": 0,
+        "exitCode": 75,
+        "failureClass": "Preempted",
+        "message": "preempted (SIGTERM) after 12 completed steps; final checkpoint: step-12",
+    }
+}
+
+
+@pytest.mark.parametrize(
+    ("disrupted", "trainer", "restarted"),
+    [
+        (True, PREEMPTED_OUTCOME, True),
+        (True, None, False),  # the driver has not said: its checkpoint is still being written
+        (False, PREEMPTED_OUTCOME, False),  # KubeRay says when the attempt ended
+    ],
+    ids=["disrupted-and-the-driver-said", "disrupted-driver-silent", "undisrupted"],
+)
+def test_a_disrupted_attempt_ends_when_its_driver_says_so(
+    disrupted: bool, trainer: dict[str, Any] | None, restarted: bool
+) -> None:
+    """KubeRay recreates a lost cluster's pods (and may submit the job again to the new head):
+    the driver's Preempted outcome is the disrupted attempt's end."""
+    status: dict[str, Any] = {"phase": "Running"}
+    if disrupted:
+        status["conditions"] = [DISRUPTED_BEFORE]
+    if trainer is not None:
+        status["trainer"] = trainer
+    body = job_body(status=status, runPolicy={"backoffLimit": 0})
+    decision = decide(body, Observed.of([ray_job(0, **RUNNING)]), SETTINGS, NOW)
+    got = decision.status
+    if not restarted:
+        assert got.phase is Phase.RUNNING and got.restarts == 0
+        assert decision.delete_ray_jobs == ()
+        return
+    assert (got.phase, got.restarts, got.preemptions) == (Phase.PENDING, 1, 1)
+    assert "final checkpoint: step-12" in (got.message or "")
+    assert decision.delete_ray_jobs == ("ppo-7b-r0",)  # the recreated pods go with it
+    assert [d.name for d in decision.apply if d.kind == "RayJob"] == ["ppo-7b-r1"]

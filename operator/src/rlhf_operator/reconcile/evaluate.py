@@ -12,6 +12,10 @@ The run policy lives here as a small state machine over the current attempt's Ra
   - Infrastructure, restarts - preemptions < backoffLimit
                                      -> restarts + 1 (Restarted=True says why)
   - Infrastructure, backoffLimit reached -> Failed/BackoffLimitExceeded (terminal)
+  - its pods were disrupted (Disrupted=True, from their DisruptionTarget condition) and the
+    trainer did not say, or blamed the infrastructure -> Preempted
+- disrupted, and the trainer reported how the attempt ended -> as failed (KubeRay would
+                                        recreate the lost pods and may submit the job again)
 - running longer than the deadline   -> Failed/DeadlineExceeded (terminal)
 - pods not all running startupTimeoutSeconds after the attempt started provisioning
                                      -> Failed/StartupTimeout (terminal); until then

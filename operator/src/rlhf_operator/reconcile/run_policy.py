@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from rlhf_trainer.config import FailureClass
+from rlhf_trainer.config import ExitCode, FailureClass
 from rlhf_trainer.config.guardrails import GuardrailAction, tripped_guard
 
 from ..api.v1alpha1 import (
@@ -89,7 +89,7 @@ class Machine:
         self._note_disruption(current, attempt)
         if current is not None and current.succeeded:
             phase, message = self._succeeded(current)
-        elif current is not None and current.failed:
+        elif current is not None and (current.failed or self._ended_while_disrupted(current)):
             phase, attempt, message = self._failed(current, attempt, prev)
             current = self.observed.attempt(attempt)
         elif self._deadline_passed(start):
@@ -172,6 +172,19 @@ class Machine:
             return
         message = bounded(f"attempt {attempt} (RayJob {current.name}): {said}")
         self.conds.set(ConditionType.DISRUPTED, T, R.PREEMPTED, message)
+
+    def _ended_while_disrupted(self, current: RayJobObservation) -> bool:
+        """The driver of a disrupted attempt said how it ended (its checkpoint, Preempted): the
+        attempt is over, whatever KubeRay makes of the cluster it lost (it recreates the pods,
+        and its submitter may submit the job again to the new head)."""
+        outcome = self.report.outcome if self.report is not None else None
+        return (
+            self._disruption() is not None
+            and outcome is not None
+            and outcome.attempt == current.attempt
+            and outcome.failure_class is not None
+            and outcome.exit_code != ExitCode.SUCCEEDED
+        )
 
     def _disruption(self) -> str | None:
         disrupted = self.conds.get(ConditionType.DISRUPTED)
