@@ -311,3 +311,57 @@ def test_why_names_each_containers_state_and_start_error(
 ) -> None:
     pods = {"items": [{"metadata": {"name": "op-1"}, "status": status}]}
     assert why.containers(pods) == expected
+
+
+def _kubelet(tmp_path: Path) -> Any:
+    """The kubelet over an in-process API server, for its API-facing rules (no pods run)."""
+    from substrate.kubelet import Kubelet
+
+    from emulator import Emulator
+
+    api = Emulator()
+    api.create_namespace("ns")
+    cluster = plans.Cluster(tmp_path, "10.0.0.1", 443, tmp_path / "ca.crt")
+    return Kubelet(api, runtime=None, cluster=cluster, security=None)  # type: ignore[arg-type]
+
+
+def test_the_kubelet_keeps_the_disruption_target_an_eviction_set(tmp_path: Path) -> None:
+    kubelet = _kubelet(tmp_path)
+    api = kubelet.api
+    pod = api.create("pods", {"metadata": {"name": "p"}, "spec": {"containers": []}}, "ns")
+    target = {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}
+    api.patch("pods", "p", {"status": {"conditions": [target]}}, "ns", subresource="status")
+    kubelet.set_status(
+        pod, {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+    )
+    conditions = api.find("pods", "p", "ns")["status"]["conditions"]
+    assert [c["type"] for c in conditions] == ["Ready", "DisruptionTarget"]
+
+
+def test_a_terminating_head_stays_behind_its_headless_service(tmp_path: Path) -> None:
+    """KubeRay's head Service publishes not-ready addresses: its workers still reach a head in
+    its grace period (the preStop hooks' checkpoint needs it), as the EndpointSlice controller
+    keeps terminating pods of such a Service; another Service drops them."""
+    kubelet = _kubelet(tmp_path)
+    api = kubelet.api
+    labels = {"app": "head"}
+    body = {
+        "metadata": {"name": "head", "labels": labels},
+        "spec": {"nodeName": "rlhf-substrate", "containers": []},
+    }
+    api.create("pods", body, "ns")
+    api.patch(
+        "pods",
+        "head",
+        {"status": {"phase": "Running", "podIP": "10.0.0.7"}},
+        "ns",
+        subresource="status",
+    )
+    for name, publish in (("head-svc", True), ("plain-svc", False)):
+        spec = {"selector": labels, "clusterIP": "None", "publishNotReadyAddresses": publish}
+        api.create("services", {"metadata": {"name": name}, "spec": spec}, "ns")
+    api.delete("pods", "head", "ns")  # bound and running: terminating, not gone
+    assert api.find("pods", "head", "ns")["metadata"].get("deletionTimestamp")
+    services = kubelet.services()
+    assert services["head-svc.ns"] == ("ns", ["10.0.0.7"])
+    assert services["plain-svc.ns"] == ("ns", [])
