@@ -18,13 +18,14 @@ from rlhf_trainer.distributed.prestop import dashboard_address
 
 __all__ = ["head"]  # the fixture: one Ray head with token authentication, for this module
 
-# A driver as the trainer behaves on SIGTERM: it finishes its "checkpoint" (here one second),
-# records it, and exits with the trainer's Preempted exit code.
+# A driver as the trainer behaves on SIGTERM: it finishes its "checkpoint" (argv[2] seconds:
+# less than the 3 s Ray's job supervisor waits by default), records it, and exits with the
+# trainer's Preempted exit code.
 DRIVER = """
 import pathlib, signal, sys, time
 out = pathlib.Path(sys.argv[1])
 def stop(signum, frame):
-    time.sleep(1.0)
+    time.sleep(float(sys.argv[2]))
     (out / "checkpointed").write_text("step 7")
     sys.exit(75)
 signal.signal(signal.SIGTERM, stop)
@@ -70,11 +71,21 @@ def _hook(head: Head, wait_s: str = "60", address: str | None = None) -> tuple[s
     return done.stdout + done.stderr, time.monotonic() - started
 
 
-def _submit_driver(head: Head, job_id: str, out: Path) -> None:
+def _submit_driver(head: Head, job_id: str, out: Path, checkpoint_s: float = 1.0) -> None:
     assert RAY is not None
     command = [RAY, "job", "submit", f"--address={head.dashboard}", "--no-wait"]
     submitted = subprocess.run(
-        [*command, "--submission-id", job_id, "--", sys.executable, "-c", DRIVER, str(out)],
+        [
+            *command,
+            "--submission-id",
+            job_id,
+            "--",
+            sys.executable,
+            "-c",
+            DRIVER,
+            str(out),
+            str(checkpoint_s),
+        ],
         env=_env(head.home, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=head.token),
         capture_output=True,
         text=True,
@@ -114,8 +125,8 @@ def test_the_hook_returns_once_the_driver_has_checkpointed(head: Head, tmp_path:
 
 @pytest.mark.slow
 def test_the_hook_gives_up_at_the_grace_period(head: Head, tmp_path: Path) -> None:
-    _submit_driver(head, "trainer-r1", tmp_path)
-    said, _ = _hook(head, wait_s="0.2")  # shorter than the driver's one-second checkpoint
+    _submit_driver(head, "trainer-r1", tmp_path, checkpoint_s=2.5)
+    said, _ = _hook(head, wait_s="0.2")  # shorter than the driver's checkpoint
     assert "rlhf prestop: trainer-r1 still running at the deadline" in said, said
     assert not (tmp_path / "checkpointed").exists()
 

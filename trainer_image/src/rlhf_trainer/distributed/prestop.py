@@ -89,9 +89,10 @@ def stop_jobs_and_wait(
         pending = [j for j in pending if api.status(j) in ACTIVE]
         if not pending:
             break
-        if clock() >= deadline:
+        left = deadline - clock()
+        if left <= 0:
             return Stopped(jobs, ended=False)
-        sleep(POLL_SECONDS)
+        sleep(min(POLL_SECONDS, left))
     return Stopped(jobs, ended=True)
 
 
