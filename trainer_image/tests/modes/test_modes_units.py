@@ -96,11 +96,12 @@ def test_builtin_conditional_rows_score_their_own_answers() -> None:
 def test_distillation_needs_a_teacher_and_only_it_takes_one() -> None:
     assert messages(offline("distillation")) == [
         "models.teacher: algorithm distillation learns from a teacher's token distributions: "
-        "set models.teacher (pretrained or randomInit), a model with the actor's vocabulary"
+        "set models.teacher (pretrained or randomInit), a model with the actor's tokenizer"
     ]
     teacher = {"actor": {"randomInit": {}}, "teacher": {"randomInit": {}}}
     assert messages(offline("sft", models=teacher)) == [
-        "models.teacher: only algorithm distillation uses a teacher (got sft): remove it"
+        "models.teacher: only algorithms distillation and on-policy-distillation use a "
+        "teacher (got sft): remove it"
     ]
 
 
