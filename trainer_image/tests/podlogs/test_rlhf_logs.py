@@ -128,6 +128,9 @@ def test_what_to_give_instead_is_said(tmp_path: Path) -> None:
         run(LogsRequest(job="tiny"), print)
     with pytest.raises(LogsError, match="give a FILE"):
         run(LogsRequest(), print)
+    pipeline = Path(__file__).parents[3] / "manifests" / "examples" / "tiny-pipeline-cpu.yaml"
+    with pytest.raises(LogsError, match=r"is a pipeline: give --job tiny-pipeline-<stage>"):
+        run(LogsRequest(file=str(pipeline)), print)
 
 
 def test_select_shows_events_and_records_only_without_a_pod_or_container_filter() -> None:

@@ -47,8 +47,12 @@ def _job(request: LogsRequest) -> tuple[str, str | None, ObjectStoreConfig | Non
     problems = [p for j in jobs for p in j.problems]
     if problems:
         raise LogsError(f"{request.file}: {problems[0]}")
-    if len(jobs) != 1 or jobs[0].config is None:
+    if len(jobs) != 1:
         raise LogsError(f"{request.file}: holds {len(jobs)} documents; give one job's manifest")
+    if jobs[0].config is None:  # a pipeline: each stage is the RLHFJob <pipeline>-<stage>
+        raise LogsError(
+            f"{request.file} is a pipeline: give --job {jobs[0].name}-<stage> and --from"
+        )
     cfg = jobs[0].config
     name = request.job or jobs[0].name
     return name, cfg.output.uri, cfg.object_store
