@@ -19,6 +19,7 @@ failure path above.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Generic, TypeVar
@@ -32,6 +33,9 @@ from rlhf_trainer.config import JobConfig
 from .health import HealthWatch, Unhealthy
 from .preemption import Preempted, StopCheck, never
 from .protocols import CheckpointStore, Cluster, Reporter
+
+# On a cluster these records go to the attempt's trainer.jsonl (rlhf_trainer.podlogs).
+log = logging.getLogger(__name__)
 
 # Where a step is: an update may be half applied on the ranks only while `phase == UPDATE`.
 IDLE, UPDATE = "idle", "update"
@@ -162,6 +166,9 @@ class StepLoop(Generic[C]):
         path = self.checkpoints.save(state.step, write)
         self.saved_step = state.step
         self.reporter.on_checkpoint(state.step, path)
+        log.info(
+            "checkpoint of step %d%s: %s", state.step, " (after a failure)" * after_failure, path
+        )
         return path
 
     def resume(self) -> None:
@@ -175,6 +182,7 @@ class StepLoop(Generic[C]):
         self.cluster.load_checkpoint(str(latest.path))
         self.state = self.load_driver_state(latest.path)
         self.saved_step = self.resumed_from = self.state.step
+        log.info("resumed from the checkpoint of step %d: %s", self.state.step, latest.path)
 
     def checkpoint_after_failure(self) -> None:
         """Save the last finished step after a failure, when that is possible and useful."""
