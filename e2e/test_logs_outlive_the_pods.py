@@ -138,6 +138,8 @@ def test_every_pods_log_of_both_attempts_is_read_back_after_the_job_is_deleted(
     submitted = [line for f in shown if f.endswith("/ray-job-submitter.log") for line in shown[f]]
     assert any(ended in line for line in submitted), submitted
     assert any(ended in line for line in shown["attempt-1/trainer.jsonl"])
+    assert any("checkpoint of step" in line for line in shown["attempt-0/trainer.jsonl"])
+    assert any("resumed from the checkpoint of step" in x for x in shown["attempt-1/trainer.jsonl"])
     # The job's Events, kept by attempt 1's head pod: the operator's retry among them.
     events = shown.get("attempt-1/events.jsonl", [])
     assert any(" rlhfjob/tiny-ppo-logs: " in line for line in events), events
