@@ -21,6 +21,8 @@ from .api.v1alpha1 import GROUP
 OPERATOR_NAME = "rlhf-operator"
 FINALIZER = f"{GROUP}/finalizer"
 ANNOTATION_PREFIX = GROUP
+# kopf's diff-base annotation (the last handled spec, as JSON): kopf's alone.
+DIFF_BASE_KEY = "last-handled-configuration"
 ENV_PREFIX = "RLHF_OPERATOR_"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
@@ -81,6 +83,14 @@ class OperatorSettings:
     watch_server_timeout: float = 270.0
     watch_client_timeout: float = 300.0
     watch_connect_timeout: float = 30.0
+    # kopf's workers: how many objects are handled at once (None: one worker per object with
+    # events, kopf's default). A bound keeps a burst of thousands of new jobs from holding
+    # thousands of passes in memory at once; see docs/scale.md.
+    worker_limit: int | None = None
+    # The operator's own requests (children, status, events; not kopf's watches): at most
+    # client_qps a second on average, client_burst at once. 0: no client-side limit.
+    client_qps: float = 0.0
+    client_burst: int = 0
     # What jobs may ask for (images, priority classes, schedulers, node selectors, queues).
     policy: PlatformPolicy = field(default_factory=PlatformPolicy)
     # The namespace of the KubeRay operator, which polls every job's Ray dashboard (8265):
@@ -144,6 +154,9 @@ class OperatorSettings:
             watch_client_timeout=_seconds(
                 get, "WATCH_CLIENT_TIMEOUT", defaults.watch_client_timeout
             ),
+            worker_limit=_count(get, "WORKER_LIMIT"),
+            client_qps=_rate(get, "CLIENT_QPS"),
+            client_burst=_count(get, "CLIENT_BURST") or 0,
             policy=PlatformPolicy(
                 allowed_image_prefixes=_list(get, "ALLOWED_IMAGE_PREFIXES"),
                 allowed_priority_classes=_list(get, "ALLOWED_PRIORITY_CLASSES"),
@@ -200,6 +213,22 @@ def _seconds(get: _Getter, name: str, default: float) -> float:
     if value <= 0:
         raise SettingsError(f"{ENV_PREFIX}{name}: must be > 0 (got {raw!r})")
     return value
+
+
+def _count(get: _Getter, name: str) -> int | None:
+    """A positive integer, or None when unset."""
+    value = _int(get, name, None)
+    if value is not None and value < 1:
+        raise SettingsError(f"{ENV_PREFIX}{name}: must be a positive integer (got {value})")
+    return value
+
+
+def _rate(get: _Getter, name: str) -> float:
+    """Requests per second; unset or 0 means no limit."""
+    raw = get(name)
+    if raw is None or raw == "0":
+        return 0.0
+    return _seconds(get, name, 0.0)
 
 
 def _list(get: _Getter, name: str) -> tuple[str, ...]:

@@ -11,6 +11,8 @@ import yaml
 
 from rlhf_operator.cli import main
 from rlhf_operator.handlers.kopf_settings import configure_kopf
+from rlhf_operator.handlers.start import throttle
+from rlhf_operator.kube.throttle import TokenBucket
 from rlhf_operator.settings import OperatorSettings, SettingsError
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -54,6 +56,9 @@ def test_every_helm_variable() -> None:
             {"RLHF_OPERATOR_DEFAULT_STORAGE_SIZE": "50 GB"},
             "RLHF_OPERATOR_DEFAULT_STORAGE_SIZE: must be a storage quantity",
         ),
+        ({"RLHF_OPERATOR_WORKER_LIMIT": "0"}, "RLHF_OPERATOR_WORKER_LIMIT: must be a positive"),
+        ({"RLHF_OPERATOR_CLIENT_QPS": "-5"}, "RLHF_OPERATOR_CLIENT_QPS: must be > 0"),
+        ({"RLHF_OPERATOR_CLIENT_BURST": "x"}, "RLHF_OPERATOR_CLIENT_BURST: must be an integer"),
     ],
     ids=[
         "port-not-a-number",
@@ -61,6 +66,9 @@ def test_every_helm_variable() -> None:
         "unknown-log-level",
         "negative-delay",
         "storage-size",
+        "worker-limit-zero",
+        "negative-qps",
+        "burst-not-a-number",
     ],
 )
 def test_bad_values_name_the_variable(env: dict[str, str], message: str) -> None:
@@ -81,6 +89,36 @@ def test_kopf_settings_keep_kopf_out_of_status() -> None:
     assert kopf_settings.posting.reporting_instance == "pod-1"
     assert kopf_settings.watching.server_timeout == 270.0
     assert kopf_settings.peering.standalone is True
+
+
+def test_scale_settings_reach_kopf_and_the_client() -> None:
+    s = OperatorSettings.from_env(
+        {
+            "RLHF_OPERATOR_WORKER_LIMIT": "200",
+            "RLHF_OPERATOR_CLIENT_QPS": "50",
+            "RLHF_OPERATOR_CLIENT_BURST": "100",
+        }
+    )
+    assert (s.worker_limit, s.client_qps, s.client_burst) == (200, 50.0, 100)
+    kopf_settings = kopf.OperatorSettings()
+    configure_kopf(kopf_settings, s)
+    assert kopf_settings.batching.worker_limit == 200
+    bucket = throttle(s)
+    assert bucket is not None and (bucket.qps, bucket.burst) == (50.0, 100)
+    assert throttle(OperatorSettings.from_env({})) is None  # no limit unless asked for
+    default_burst = throttle(OperatorSettings(client_qps=20.0))
+    assert default_burst is not None and default_burst.burst == 40
+
+
+def test_token_bucket_allows_a_burst_then_the_rate() -> None:
+    now = [0.0]
+    bucket = TokenBucket(10.0, 3, clock=lambda: now[0])
+    assert [bucket.wait_seconds() for _ in range(3)] == [0.0, 0.0, 0.0]
+    assert bucket.wait_seconds() == pytest.approx(0.1)  # empty: one token per 1/qps
+    now[0] += 0.1
+    assert bucket.wait_seconds() == 0.0
+    now[0] += 10.0  # a quiet spell refills up to the burst, not beyond
+    assert [bucket.wait_seconds() for _ in range(4)][-1] == pytest.approx(0.1)
 
 
 def test_peering_gets_distinct_priorities() -> None:

@@ -8,6 +8,7 @@ observes like anything else, so it shows on status (ChildrenApplied=False) and i
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -38,6 +39,16 @@ def _digest(child: Desired) -> str:
 def of_job(child: ChildKey, key: Key) -> bool:
     """The child belongs to the job: children are named `<job>-<suffix>`."""
     return child[0] == key[0] and child[2].startswith(f"{key[1]}-")
+
+
+@dataclass(frozen=True)
+class _Step:
+    """What applying one child did: its outcome (none when nothing was sent), a refusal worth
+    reporting, and whether the RayJob must wait for it."""
+
+    applied: Applied | None = None
+    failure: ApplyFailure | None = None
+    blocks: bool = False
 
 
 @dataclass(frozen=True)
@@ -72,48 +83,45 @@ class Applier:
     async def apply_all(
         self, key: Key, desired: Iterable[Desired], *, probably_new: bool
     ) -> tuple[list[Applied], tuple[ApplyFailure, ...]]:
-        """Apply what changed, in order; returns what was done and the refusals worth
-        reporting (one still in its backoff counts again, without a request). The RayJob
-        waits while a child its pods need is refused or someone else's."""
-        outcomes: list[Applied] = []
-        failures: list[ApplyFailure] = []
-        blocked = False
-        for child in desired:
-            child_key = (key[0], child.kind, child.name)
-            digest = _digest(child)
-            if self._applied.get(child_key) == digest:
-                continue  # applied before with this content (a deleted RayJob is forgotten)
-            if child.kind == "RayJob" and blocked:
-                continue
-            refused = self._refused.get(child_key)
-            waiting = refused is not None and refused.digest == digest
-            if waiting and refused is not None and time.monotonic() < refused.retry_at:
-                blocked = True
-                failures += [refused.failure] if refused.reported else []
-                continue
-            try:
-                applied = await apply(
-                    self.api,
-                    child,
-                    known_ours=child_key in self._applied,
-                    probably_new=probably_new,
-                )
-            except ApiError as err:
-                refused = self._refuse(child_key, digest, child, err)
-                self.metrics.children.labels(child.kind, "refused").inc()
-                blocked = True
-                failures += [refused.failure] if refused.reported else []
-                continue
-            self._refused.pop(child_key, None)
-            self._backoff.succeeded(child_key)
-            self.metrics.children.labels(child.kind, applied.outcome.value).inc()
-            outcomes.append(applied)
-            if applied.outcome is Outcome.CONFLICT:
-                self._applied.pop(child_key, None)
-                blocked = True
-            else:
-                self._applied[child_key] = digest
-        return outcomes, tuple(failures)
+        """Apply what changed; returns what was done and the refusals worth reporting (one
+        still in its backoff counts again, without a request). The children the pods need
+        go at once, side by side (none depends on another); the RayJob after them, and not
+        while one of them is refused or someone else's."""
+        children = list(desired)
+        support = [c for c in children if c.kind != "RayJob"]
+        steps = await asyncio.gather(*(self._apply_one(key, c, probably_new) for c in support))
+        blocked = any(step.blocks for step in steps)
+        for child in children:
+            if child.kind == "RayJob" and not blocked:
+                steps.append(await self._apply_one(key, child, probably_new))
+        outcomes = [step.applied for step in steps if step.applied is not None]
+        failures = tuple(step.failure for step in steps if step.failure is not None)
+        return outcomes, failures
+
+    async def _apply_one(self, key: Key, child: Desired, probably_new: bool) -> _Step:
+        child_key = (key[0], child.kind, child.name)
+        digest = _digest(child)
+        if self._applied.get(child_key) == digest:
+            return _Step()  # applied before with this content (a deleted RayJob is forgotten)
+        refused = self._refused.get(child_key)
+        if refused is not None and refused.digest == digest and time.monotonic() < refused.retry_at:
+            return _Step(failure=refused.failure if refused.reported else None, blocks=True)
+        try:
+            applied = await apply(
+                self.api, child, known_ours=child_key in self._applied, probably_new=probably_new
+            )
+        except ApiError as err:
+            refused = self._refuse(child_key, digest, child, err)
+            self.metrics.children.labels(child.kind, "refused").inc()
+            return _Step(failure=refused.failure if refused.reported else None, blocks=True)
+        self._refused.pop(child_key, None)
+        self._backoff.succeeded(child_key)
+        self.metrics.children.labels(child.kind, applied.outcome.value).inc()
+        if applied.outcome is Outcome.CONFLICT:
+            self._applied.pop(child_key, None)
+            return _Step(applied, blocks=True)
+        self._applied[child_key] = digest
+        return _Step(applied)
 
     def _refuse(self, child_key: ChildKey, digest: str, child: Desired, err: ApiError) -> Refusal:
         failures, delay = self._backoff.failed(child_key)

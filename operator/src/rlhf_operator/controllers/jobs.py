@@ -34,7 +34,7 @@ from ..reconcile.parse import parse
 from ..settings import OperatorSettings
 from .applier import Applier
 from .metrics import Metrics
-from .reader import Key, Reader, job_key
+from .reader import Key, Reader, job_key, without_bookkeeping
 from .timers import Backoff, Requeue
 
 logger = logging.getLogger(__name__)
@@ -227,7 +227,19 @@ class Controller:
             return
         updated = await self.api.patch_status(body, patch)
         if updated is not None:
-            self._latest[key] = updated
+            self._latest[key] = without_bookkeeping(updated)
+
+    def own_write(self, body: Mapping[str, Any]) -> bool:
+        """`body` is the very object our last status patch of this job returned (same UID
+        and resourceVersion): the event it causes brings nothing the pass that wrote it did
+        not know, and a pass on it would only decide the same again."""
+        latest = self._latest.get(job_key(body))
+        meta = body.get("metadata") or {}
+        return (
+            latest is not None
+            and latest["metadata"].get("uid") == meta.get("uid")
+            and _resource_version(latest) == _resource_version(body) >= 0
+        )
 
     def _freshest(self, key: Key, body: Mapping[str, Any]) -> JSON:
         """The newer of the body we were handed and the one our last status patch returned:

@@ -19,7 +19,7 @@ from ..kube.client import KubeApi
 from ..reconcile.inputs import Producer, named_jobs, pinned_inputs, with_inputs
 from ..reconcile.observed import ApplyFailure, Observed, PodObservation, parse_report
 from ..reconcile.parse import Parsed
-from ..settings import OperatorSettings
+from ..settings import ANNOTATION_PREFIX, DIFF_BASE_KEY, OperatorSettings
 
 Key = tuple[str, str]  # (namespace, job name)
 JSON = dict[str, Any]
@@ -33,6 +33,46 @@ class Blockers:
     missing: tuple[str, ...] = ()
     conflicts: tuple[str, ...] = ()
     checked_at: float = 0.0
+
+
+# What is kept of a watched object, beyond its status: the operator reads no more of it.
+_KEPT_METADATA = (
+    "name",
+    "namespace",
+    "uid",
+    "labels",
+    "ownerReferences",
+    "deletionTimestamp",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+)
+_DIFF_BASE = f"{ANNOTATION_PREFIX}/{DIFF_BASE_KEY}"
+
+
+def without_bookkeeping(body: Mapping[str, Any]) -> JSON:
+    """An object as the watch caches keep it: without `managedFields` and kopf's diff-base
+    annotation (together often larger than what the operator reads of the object), shallow
+    otherwise. Kept for every RLHFJob and child the operator watches: memory per job."""
+    meta = dict(body.get("metadata") or {})
+    meta.pop("managedFields", None)
+    annotations = meta.get("annotations")
+    if annotations and _DIFF_BASE in annotations:
+        meta["annotations"] = {k: v for k, v in annotations.items() if k != _DIFF_BASE}
+    return {**body, "metadata": meta}
+
+
+def ray_job_summary(body: Mapping[str, Any]) -> JSON:
+    """A RayJob as the watch cache keeps it: what `RayJobObservation` and the ownership check
+    read (metadata, spec.suspend, status). Its spec is the largest part of it (pod templates,
+    tens of KB in memory) and is ours: it is what we applied."""
+    meta = body.get("metadata") or {}
+    spec = body.get("spec") or {}
+    return {
+        "metadata": {k: meta[k] for k in _KEPT_METADATA if k in meta},
+        "spec": {"suspend": spec["suspend"]} if "suspend" in spec else {},
+        "status": body.get("status") or {},
+    }
 
 
 def job_key(body: Mapping[str, Any]) -> Key:

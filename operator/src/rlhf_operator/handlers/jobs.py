@@ -22,7 +22,7 @@ from ..api.v1alpha1 import GROUP, PLURAL, VERSION
 from ..builders.common import ATTEMPT_LABEL, COMPONENT_LABEL, JOB_LABEL
 from ..builders.report import REPORT_COMPONENT
 from ..controllers.jobs import Controller
-from ..controllers.reader import job_key
+from ..controllers.reader import job_key, ray_job_summary, without_bookkeeping
 from ..kube.client import login as connection_info
 from ..reconcile.decide import Decision
 from ..reconcile.inputs import named_jobs
@@ -67,7 +67,7 @@ def register(
 
     @kopf.index(GROUP, VERSION, PLURAL, id=JOBS_INDEX, registry=registry)
     def index_job(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
-        return {(namespace, name): dict(body)}
+        return {(namespace, name): without_bookkeeping(body)}
 
     @kopf.index(GROUP, VERSION, PLURAL, id=CONSUMERS_INDEX, registry=registry)
     def index_consumer(
@@ -86,13 +86,13 @@ def register(
     def index_ray_job(
         namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
     ) -> dict[Any, Any]:
-        return {(namespace, labels[JOB_LABEL]): dict(body)}
+        return {(namespace, labels[JOB_LABEL]): ray_job_summary(body)}
 
     @kopf.index("", "v1", "configmaps", id=REPORTS_INDEX, labels=REPORT_LABELS, registry=registry)
     def index_report(
         namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
     ) -> dict[Any, Any]:
-        return {(namespace, labels[JOB_LABEL]): dict(body)}
+        return {(namespace, labels[JOB_LABEL]): without_bookkeeping(body)}
 
     @kopf.index("", "v1", "pods", id=PODS_INDEX, labels=POD_LABELS, registry=registry)
     def index_pod(namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any) -> Any:
@@ -122,6 +122,8 @@ def register(
             if controller.job_body((namespace or "", name)) is None:
                 controller.forget((namespace or "", name))
             return
+        if controller.own_write(body):
+            return  # our own status patch coming back: nothing new for the pass
         await _quietly(controller, body, "job-event")
 
     @kopf.on.event("ray.io", "v1", "rayjobs", labels={JOB_LABEL: kopf.PRESENT}, registry=registry)

@@ -12,7 +12,13 @@ import kopf
 
 from ..builders.common import COMPONENT_LABEL, JOB_LABEL, MANAGED_BY_LABEL
 from ..builders.report import REPORT_COMPONENT
-from ..settings import ANNOTATION_PREFIX, FINALIZER, OPERATOR_NAME, OperatorSettings
+from ..settings import (
+    ANNOTATION_PREFIX,
+    DIFF_BASE_KEY,
+    FINALIZER,
+    OPERATOR_NAME,
+    OperatorSettings,
+)
 
 
 def configure_kopf(kopf_settings: kopf.OperatorSettings, settings: OperatorSettings) -> None:
@@ -21,7 +27,7 @@ def configure_kopf(kopf_settings: kopf.OperatorSettings, settings: OperatorSetti
     persistence.finalizer = FINALIZER
     persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=ANNOTATION_PREFIX)
     persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=ANNOTATION_PREFIX, key="last-handled-configuration"
+        prefix=ANNOTATION_PREFIX, key=DIFF_BASE_KEY
     )
 
     posting = kopf_settings.posting
@@ -31,6 +37,8 @@ def configure_kopf(kopf_settings: kopf.OperatorSettings, settings: OperatorSetti
     posting.reporting_component = OPERATOR_NAME
     posting.reporting_instance = settings.instance
     posting.event_name_prefix = f"{OPERATOR_NAME}-"
+
+    kopf_settings.batching.worker_limit = settings.worker_limit
 
     watching = kopf_settings.watching
     watching.server_timeout = settings.watch_server_timeout

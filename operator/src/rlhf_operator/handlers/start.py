@@ -12,16 +12,25 @@ from ..controllers.jobs import Controller
 from ..controllers.metrics import Metrics
 from ..controllers.pipelines import PipelineController
 from ..kube.client import KubeApi, login
+from ..kube.throttle import TokenBucket
 from ..settings import OperatorSettings
 from .jobs import JOBS_INDEX, register
 from .pipelines import register_pipelines
+
+
+def throttle(settings: OperatorSettings) -> TokenBucket | None:
+    """The client-side rate limit, when one is set (burst: twice the rate by default)."""
+    if settings.client_qps <= 0:
+        return None
+    burst = settings.client_burst or max(1, int(2 * settings.client_qps))
+    return TokenBucket(settings.client_qps, burst)
 
 
 def build(settings: OperatorSettings) -> tuple[kopf.OperatorRegistry, Controller]:
     """A fresh registry wired to a fresh controller (several can live in one process)."""
     controller_ref: list[Controller] = []
     metrics = Metrics(jobs=lambda: controller_ref[0].job_bodies() if controller_ref else [])
-    api = KubeApi(login, on_request=metrics.on_request)
+    api = KubeApi(login, on_request=metrics.on_request, throttle=throttle(settings))
     controller = Controller(settings, api, metrics)
     controller_ref.append(controller)
     registry = kopf.OperatorRegistry()

@@ -13,6 +13,8 @@ from typing import Any
 import aiohttp
 import kopf
 
+from .throttle import TokenBucket
+
 logger = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
@@ -101,10 +103,15 @@ class KubeApi:
     """JSON over HTTP with one re-login on 401 (rotated service-account tokens)."""
 
     def __init__(
-        self, connect: Callable[[], kopf.ConnectionInfo], on_request: RequestHook | None = None
+        self,
+        connect: Callable[[], kopf.ConnectionInfo],
+        on_request: RequestHook | None = None,
+        *,
+        throttle: TokenBucket | None = None,
     ) -> None:
         self._connect = connect
         self._on_request = on_request
+        self._throttle = throttle
         self._session: aiohttp.ClientSession | None = None
         self._server = ""
 
@@ -135,6 +142,8 @@ class KubeApi:
     ) -> Any:
         """The decoded JSON answer; raises ApiError for non-2xx answers."""
         headers = {"Accept": accept} if accept is not None else {}
+        if self._throttle is not None:
+            await self._throttle.acquire()
         for attempt in range(2):
             if self._session is None:
                 self._session = self._open()
