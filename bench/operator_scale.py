@@ -63,6 +63,22 @@ MODES = {  # mode -> (the RayJob status KubeRay would write, the job phase it le
     ),
 }
 PR_SET_PDEATHSIG = 1
+# Run before the operator (`--tracemalloc FILE`): at its exit, the 30 largest allocation sites
+# still alive, by the operator's own frames where they appear in the traceback.
+# Tracing starts after the imports (traced, they take minutes).
+TRACEMALLOC = """import atexit, tracemalloc
+import rlhf_operator.handlers.start
+tracemalloc.start(12)
+def _dump():
+    snapshot = tracemalloc.take_snapshot()
+    with open({path!r}, "w") as out:
+        for stat in snapshot.statistics("traceback")[:30]:
+            out.write(f"{{stat.size / 2**20:8.2f}} MiB {{stat.count:8d}} blocks\\n")
+            ours = [f for f in stat.traceback if "rlhf_operator" in f.filename]
+            for frame in (ours or list(stat.traceback))[-4:]:
+                out.write(f"    {{frame.filename}}:{{frame.lineno}}\\n")
+atexit.register(_dump)
+"""
 
 
 def job_manifest(name: str) -> dict[str, Any]:
@@ -188,7 +204,12 @@ async def quiet_since(k8s: Emulator, timeout: float, quiet: float = 1.0) -> floa
 
 
 async def bench(
-    jobs: int, mode: str, idle_seconds: float, timeout: float, profile: pathlib.Path | None = None
+    jobs: int,
+    mode: str,
+    idle_seconds: float,
+    timeout: float,
+    profile: pathlib.Path | None = None,
+    tracemalloc_file: pathlib.Path | None = None,
 ) -> dict[str, Any]:
     figures: dict[str, Any] = {"bench": "operator_scale", "jobs": jobs, "mode": mode}
     with tempfile.TemporaryDirectory() as tmp:
@@ -203,6 +224,8 @@ async def bench(
                 "RLHF_OPERATOR_LOG_LEVEL": "WARNING",
             }
             code = "from rlhf_operator.cli import main; main(['run'])"
+            if tracemalloc_file is not None:  # written when the operator stops (SIGTERM)
+                code = TRACEMALLOC.format(path=str(tracemalloc_file)) + code
             command = [sys.executable, "-c", code]
             if profile is not None:  # cProfile writes it when the operator stops (SIGTERM)
                 script = pathlib.Path(tmp) / "operator_main.py"
@@ -229,6 +252,9 @@ async def bench(
                 except subprocess.TimeoutExpired:
                     operator.kill()
                 log.close()
+                if "timed_out" in figures:  # the operator's last words say why, often
+                    tail = (pathlib.Path(tmp) / "operator.log").read_text(errors="replace")
+                    print(tail[-3000:], file=sys.stderr)
             figures["rayjobs"] = len(k8s.list(RAYJOBS, "default"))
     figures["cpus"] = os.cpu_count()
     return figures
@@ -249,7 +275,7 @@ async def measure(
         lambda: (
             k8s.requests.count("watch", RLHFJOBS) > 0 and k8s.requests.count("watch", RAYJOBS) > 0
         ),
-        60,
+        180,  # a traced operator (--tracemalloc) starts slowly
         "operator watching",
     )
     figures["operator_rss_before_jobs_mb"] = round(rss_mb(pid)[0], 1)
@@ -329,13 +355,20 @@ def main() -> None:
     parser.add_argument(
         "--profile", type=pathlib.Path, help="write the operator's cProfile stats to this file"
     )
+    parser.add_argument(
+        "--tracemalloc",
+        type=pathlib.Path,
+        help="write the operator's largest live allocation sites (tracemalloc) to this file",
+    )
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--waiting", action="store_const", dest="mode", const="waiting")
     which.add_argument("--finished", action="store_const", dest="mode", const="finished")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, _stop)
     mode = args.mode or "running"
-    result = asyncio.run(bench(args.jobs, mode, args.idle_seconds, args.timeout, args.profile))
+    result = asyncio.run(
+        bench(args.jobs, mode, args.idle_seconds, args.timeout, args.profile, args.tracemalloc)
+    )
     print(json.dumps(result), flush=True)
     if "timed_out" in result:
         sys.exit(1)
