@@ -172,3 +172,30 @@ async def test_a_create_only_child_of_the_old_operator_loses_its_annotation_only
     assert live["spec"]["activeDeadlineSeconds"] == 600  # create-only: never changed
     again = await apply(kube, Desired(child("ssa-r3"), create_only=True))
     assert again.outcome is Outcome.UNCHANGED
+
+
+async def test_a_new_jobs_child_is_created_without_a_look_and_applied_from_its_first_change(
+    apiserver: ApiClient, kube: KubeApi
+) -> None:
+    first = child("ssa-r4", activeDeadlineSeconds=600)
+    created = await apply(kube, Desired(first), probably_new=True)
+    assert created.outcome is Outcome.CREATED
+    assert _managers(created.obj) == {("rlhf-operator", "Update")}  # a POST's entry
+
+    # Its first change: what the spec stopped setting goes (the POST's entry is taken over).
+    second = copy.deepcopy(first)
+    second["spec"].pop("activeDeadlineSeconds")
+    second["metadata"]["labels"].pop("kueue.x-k8s.io/queue-name")
+    updated = await apply(kube, Desired(second), known_ours=True)
+    assert updated.outcome is Outcome.UPDATED
+    live = apiserver.get(first).raise_for_error()
+    assert "activeDeadlineSeconds" not in live["spec"]
+    assert live["metadata"]["labels"] == {"rlhf.dev/job": "ssa"}
+    assert _managers(live) == {("rlhf-operator", "Apply")}
+
+    # A name already taken: the POST's 409 changed nothing, the look finds it someone else's.
+    theirs = child("ssa-r5", uid="11111111-2222-3333-4444-555555555555")
+    before = apiserver.create(theirs).raise_for_error()
+    applied = await apply(kube, Desired(child("ssa-r5")), probably_new=True)
+    assert applied.outcome is Outcome.CONFLICT
+    assert apiserver.get(theirs).raise_for_error() == before

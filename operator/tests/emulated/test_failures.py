@@ -71,9 +71,8 @@ async def test_quota_refusal_is_a_condition_and_holds_back_the_rayjob(operator: 
         'configmaps "ppo-q-config" is forbidden: exceeded quota: team-quota, requested: '
         "count/configmaps=1, used: count/configmaps=10, limited: count/configmaps=10"
     )
-    # The report is created (POST), the config server-side applied (PATCH): both refused once.
-    for verb in ("create", "patch"):
-        c.k8s.faults.add(verb, "configmaps", code=403, reason="Forbidden", message=quota, times=1)
+    # A new job's report and config are both created (POST, side by side): both refused once.
+    c.k8s.faults.add("create", "configmaps", code=403, reason="Forbidden", message=quota, times=2)
     c.create(ppo_manifest("ppo-q"))
     await c.until(
         lambda: c.conditions("ppo-q").get("ChildrenApplied") == ("False", "ChildApplyFailed"),

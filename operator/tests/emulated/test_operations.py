@@ -56,7 +56,8 @@ async def test_metrics_and_liveness(cluster: Cluster) -> None:
         assert 'rlhf_operator_jobs{phase="Failed"} 0.0' in text
         assert 'rlhf_operator_reconcile_duration_seconds_count{trigger="create"}' in text
         assert 'rlhf_operator_children_applied_total{kind="RayJob",outcome="created"} 2.0' in text
-        assert 'rlhf_operator_api_requests_total{code="201",kind="RayJob",verb="PATCH"} 2.0' in text
+        # A new job's children are created (POST) without a look first.
+        assert 'rlhf_operator_api_requests_total{code="201",kind="RayJob",verb="POST"} 2.0' in text
 
 
 async def test_kueue_owns_suspend_while_queued(operator: Cluster) -> None:

@@ -187,9 +187,10 @@ async def test_operator_killed_mid_reconcile_converges_after_restart_without_dup
     names = [f"job-{i}" for i in range(jobs)]
     log = tmp_path / "operator.log"
 
-    # 1. RayJob creation (server-side apply) fails: the operator has made the other children,
-    #    and keeps retrying.
-    k8s.faults.add("patch", RAYJOBS, code=500, times=None)
+    # 1. RayJob creation (a new job's children are POSTed; later tries are server-side
+    #    applied) fails: the operator has made the other children, and keeps retrying.
+    for verb in ("create", "patch"):
+        k8s.faults.add(verb, RAYJOBS, code=500, times=None)
     first = start_operator_process(k8s.kubeconfig, log)
     try:
         for name in names:
@@ -198,7 +199,8 @@ async def test_operator_killed_mid_reconcile_converges_after_restart_without_dup
             lambda: (
                 len([n for n in _all_children(k8s).get("configmaps", []) if n.endswith("-config")])
                 == jobs
-                and k8s.requests.count("patch", RAYJOBS) >= jobs
+                and k8s.requests.count("create", RAYJOBS) + k8s.requests.count("patch", RAYJOBS)
+                >= jobs
             ),
             "children but no RayJobs yet",
             timeout=60,
@@ -253,7 +255,7 @@ async def test_operator_killed_mid_reconcile_converges_after_restart_without_dup
             sum(
                 1
                 for r in k8s.requests.records
-                if r.verb == "patch" and r.code == 201 and r.resource == RAYJOBS
+                if r.verb in {"create", "patch"} and r.code == 201 and r.resource == RAYJOBS
             )
             == 2 * jobs
         )  # r0 and r1 created once each

@@ -102,7 +102,7 @@ def test_scale_settings_reach_kopf_and_the_client() -> None:
     assert (s.worker_limit, s.client_qps, s.client_burst) == (200, 50.0, 100)
     kopf_settings = kopf.OperatorSettings()
     configure_kopf(kopf_settings, s)
-    assert kopf_settings.batching.worker_limit == 200
+    assert kopf_settings.queueing.worker_limit == 200
     bucket = throttle(s)
     assert bucket is not None and (bucket.qps, bucket.burst) == (50.0, 100)
     assert throttle(OperatorSettings.from_env({})) is None  # no limit unless asked for

@@ -38,7 +38,7 @@ def configure_kopf(kopf_settings: kopf.OperatorSettings, settings: OperatorSetti
     posting.reporting_instance = settings.instance
     posting.event_name_prefix = f"{OPERATOR_NAME}-"
 
-    kopf_settings.batching.worker_limit = settings.worker_limit
+    kopf_settings.queueing.worker_limit = settings.worker_limit
 
     watching = kopf_settings.watching
     watching.server_timeout = settings.watch_server_timeout

@@ -12,8 +12,10 @@ controller's object, a user's, a former job's) is left byte-identical and report
 conflict: adopting by name would let a job author make the operator take over, rewrite and
 later garbage-collect objects they could not edit themselves. So a child not known to be the
 job's is looked at (its metadata) before anything is applied; create-only children are created
-(POST: a 409 never touches the existing object) and never applied. A child the operator made
-before it used server-side apply is taken over at that look (`takeover.py`).
+(POST: a 409 never touches the existing object) and never applied. A new job's children are
+all created that way, without the look (a request less per child; a 409 falls back to it), and
+server-side applied from their first change on, when their POST's Update entry is taken over
+as one made before server-side apply is at the look (`takeover.py`).
 """
 
 from __future__ import annotations
@@ -142,16 +144,33 @@ async def _create_only(api: KubeApi, desired: Desired, *, look_first: bool) -> A
     return Applied(Outcome.UNCHANGED, existing)
 
 
+async def _create_first(api: KubeApi, want: Mapping[str, Any]) -> Applied | None:
+    """A new job's child, created without a look (ours by construction: a POST never touches
+    an object that is there). None when the name is taken: whose it is must be looked at."""
+    try:
+        created = await api.create(want)
+    except ApiError as err:
+        if err.status != 409:
+            raise
+        return None
+    return Applied(Outcome.CREATED, created)
+
+
 async def apply(
     api: KubeApi, desired: Desired, *, known_ours: bool = False, probably_new: bool = False
 ) -> Applied:
     """Create, update, or leave alone. `known_ours`: this child was applied for this job
     before (its ownership is proven), so it is applied without a look. `probably_new` (a job
-    seen for the first time) creates a create-only child without looking first; a 409 falls
-    back to a look."""
+    seen for the first time) creates its children without looking first (a create-only one
+    is never applied; the others are server-side applied from then on); a 409 falls back to
+    a look."""
     want = desired.obj
     if desired.create_only:
         return await _create_only(api, desired, look_first=not probably_new)
+    if probably_new and not known_ours:
+        created = await _create_first(api, want)
+        if created is not None:
+            return created
     existing = None
     if not known_ours or desired.preserve:
         existing = await api.get(want, metadata_only=not desired.preserve)
@@ -161,6 +180,12 @@ async def apply(
             existing = await take_over(api, want, existing)
     body = _with_live(want, existing, desired.preserve) if existing and desired.preserve else want
     applied = await api.apply(body)
+    if existing is None and known_ours:
+        # Not looked at: created by a POST (ours by construction), its fields may still be
+        # owned by that write's Update entry, which would keep what this apply stopped setting.
+        taken = await take_over(api, want, applied)
+        if taken is not applied:
+            applied = await api.apply(body)
     if existing is None and not known_ours:
         return Applied(Outcome.CREATED, applied)
     if existing is not None and _version(applied) == _version(existing):
