@@ -8,9 +8,11 @@ succeeds. Slow: opt in with `-m slow`."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,7 +22,6 @@ from e2e_local import LocalSubstrate
 from e2e_settings import OPERATOR_NAMESPACE, TIMEOUT, TRAINER_IMAGE
 from test_tiny_ppo_when_things_go_wrong import (
     assert_succeeded,
-    attempts,
     complete_checkpoints,
     jobs,
     local_only,
@@ -35,6 +36,15 @@ __all__ = ["jobs"]  # the fixture, shared with the other slow journeys
 Manifest = dict[str, Any]
 MAX_STEPS = 30
 GRACE_SECONDS = 180
+
+
+def all_records(metrics: Path) -> list[dict[str, Any]]:
+    """metrics.jsonl's records (steps and checkpoints), a line being written left out."""
+    out = []
+    for line in metrics.read_text().splitlines() if metrics.exists() else []:
+        with contextlib.suppress(json.JSONDecodeError):
+            out.append(json.loads(line))
+    return out
 
 
 def evict(cluster: Cluster, namespace: str, pod: str) -> str:
@@ -113,12 +123,19 @@ def test_evicting_every_pod_checkpoints_and_the_next_attempt_resumes_there(
     assert restarted["reason"] == "Preempted", restarted
     assert "was preempted" in restarted["message"], restarted
 
-    first, second = attempts(step_records(metrics))
-    at_eviction = first[-1]["step"]  # the latest step attempt 1 finished
-    assert at_eviction < MAX_STEPS
+    # metrics.jsonl in file order: attempt 1's steps, the checkpoint taken at the eviction
+    # (everySteps is out of reach: the first checkpoint there is), attempt 2's steps.
+    records = [r for r in all_records(metrics) if r.get("event") in ("step", "checkpoint")]
+    at = next((i for i, r in enumerate(records) if r["event"] == "checkpoint"), None)
+    assert at is not None, f"no checkpoint in {metrics}: {complete_checkpoints(volume)}"
+    at_eviction = records[at]["step"]
+    first = [r for r in records[:at] if r["event"] == "step"]
+    second = [r for r in records[at + 1 :] if r["event"] == "step"]
+    assert first[-1]["step"] == at_eviction < MAX_STEPS  # the latest step attempt 1 finished
     assert at_eviction in complete_checkpoints(volume), (at_eviction, complete_checkpoints(volume))
-    assert f"step-{at_eviction}" in restarted["message"] or str(at_eviction) in restarted["message"]
+    # The trainer's own words, quoted on status: where it stopped and that it checkpointed.
+    assert f"after {at_eviction} completed steps; final checkpoint" in restarted["message"]
     assert second[0]["step"] == at_eviction + 1, (
-        f"attempt 2 began at step {second[0]['step']}; attempt 1 finished step {at_eviction}"
+        f"attempt 2 began at step {second[0]['step']}; attempt 1 checkpointed step {at_eviction}"
     )
     assert second[-1]["step"] == MAX_STEPS
