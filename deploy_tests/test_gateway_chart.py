@@ -13,6 +13,7 @@ from helm_tool import CHART, Helm, Manifest, by_kind, parse_manifests
 
 from rlhf_gateway.settings import GatewaySettings
 
+SUBSTRATE_VALUES = Path(__file__).resolve().parents[1] / "e2e" / "local" / "gateway-values.yaml"
 CATALOG = [
     {
         "id": "tiny-llama-random",
@@ -50,6 +51,15 @@ VALUES: dict[str, dict[str, Any]] = {
             "config": {"files": {"uri": "s3://rlhf-files/uploads"}},
             "extraEnv": [{"name": "AWS_REGION", "value": "eu-west-1"}],
         }
+    },
+    # The local substrate's (`e2e/local/up.sh --set gateway.enabled=true`), with the endpoint
+    # its S3 store gets at start-up.
+    "local-substrate": {
+        **yaml.safe_load(SUBSTRATE_VALUES.read_text()),
+        "gateway": {
+            **yaml.safe_load(SUBSTRATE_VALUES.read_text())["gateway"],
+            "enabled": True,
+        },
     },
 }
 
@@ -231,3 +241,45 @@ def test_template_refuses_a_gateway_without_a_file_store(
     with pytest.raises(CommandFailed) as caught:
         helm.template(offline_chart, {"gateway": gateway})
     assert words in str(caught.value)
+
+
+def test_the_substrates_tiny_model_makes_a_valid_reinforcement_job() -> None:
+    """The local substrate's catalog entry, with a python grader and a file on its S3 store,
+    is an RLHFJob the shared validators accept (the gateway journey's job, offline)."""
+    from rlhf_gateway.jobrequest import (
+        CreateJobRequest,
+        FileRef,
+        check_manifest,
+        manifest,
+        translate,
+    )
+
+    config = yaml.safe_load(SUBSTRATE_VALUES.read_text())["gateway"]["config"]
+    config["files"]["objectStore"]["endpointUrl"] = "http://198.18.213.1:9000"
+    settings = GatewaySettings.model_validate(config)
+    (tiny,) = settings.catalog
+    assert "tiny" in tiny.id
+    grader = {"type": "python", "name": "g", "source": "def grade(sample, item):\n    return 1.0\n"}
+    req = CreateJobRequest.model_validate(
+        {
+            "model": tiny.id,
+            "training_file": "file-1",
+            "method": {"type": "reinforcement", "reinforcement": {"grader": grader}},
+        }
+    )
+    store = settings.files.object_store
+    assert store is not None
+    plan = translate(
+        req,
+        base=tiny,
+        actor=tiny.source.to_manifest(),
+        training=FileRef("file-1", "s3://rlhf-files/uploads/team-a/file-1.jsonl", "openai"),
+        validation=None,
+        rl_algorithm=settings.reinforcement_algorithm,
+        reward={"models.graderReward.grader": grader},
+        object_store=store.to_manifest(),
+    )
+    doc = manifest("ftjob-1", req, plan.spec, {})
+    check_manifest(doc, plan, tiny.id)  # raises the 400 the gateway would answer
+    assert plan.spec["objectStore"]["credentialsSecret"]["name"] == "rlhf-files-s3"
+    assert plan.spec["placement"]["device"] == "cpu"

@@ -84,6 +84,8 @@ def substrate(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSubstra
             f"image.tag={tag}",
             f"trainer.defaultImage={TRAINER_IMAGE}",
             "logLevel=DEBUG",
+            # The gateway (test_gateway_journey.py), its files on the substrate's S3 store.
+            "gateway.enabled=true",
         )
         IMAGE_SOURCE.append(f"{local.image_source()} ({why})")
         yield local

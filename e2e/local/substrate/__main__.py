@@ -34,7 +34,7 @@ from typing import IO
 from emulator import Emulator, project_crds
 from emulator.harness import KUBERAY_CRDS_DIR
 
-from . import certs, chart, images, plans, store
+from . import certs, chart, images, objectstore, plans, store
 from .kubelet import Kubelet
 from .kuberay import KubeRay
 from .runtime import Network, Runtime
@@ -90,6 +90,7 @@ async def serve(args: argparse.Namespace) -> None:
         loop.add_signal_handler(signum, stop.set)
     kubelet: Kubelet | None = None
     kuberay: KubeRay | None = None
+    stack = contextlib.ExitStack()  # what else was started for the pods (the S3 store)
     try:
         # Pods reach it as a cluster's `kubernetes` Service: port 443 of the node's pod-network
         # address (kopf's in-cluster login goes to https://kubernetes.default.svc).
@@ -114,7 +115,15 @@ async def serve(args: argparse.Namespace) -> None:
         ]
         if not args.no_chart:
             values = dict(v.split("=", 1) for v in args.set)
-            objects = await asyncio.to_thread(chart.render, values)
+            files = []
+            if objectstore.wanted(values):  # the gateway's files go to the node's S3 store
+                s3 = objectstore.ObjectStore(network.gateway)
+                await asyncio.to_thread(s3.start)
+                stack.callback(s3.stop)
+                log.info("S3 store (the gateway's files) at %s", s3.endpoint)
+                values = s3.chart_values() | values
+                files.append(objectstore.VALUES)
+            objects = await asyncio.to_thread(chart.render, values, files=files)
             chart.install(api, objects)
         (state / "substrate.json").write_text(
             json.dumps(
@@ -145,6 +154,7 @@ async def serve(args: argparse.Namespace) -> None:
         if kuberay is not None:
             await kuberay.close()
         await api.stop()
+        stack.close()
         await network.teardown()
         (state / "substrate.json").unlink(missing_ok=True)
         lock.close()

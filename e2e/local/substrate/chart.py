@@ -10,7 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +25,13 @@ RELEASE, NAMESPACE = "rlhf-operator", "rlhf-system"
 
 
 def render(
-    values: Mapping[str, str], *, release: str = RELEASE, namespace: str = NAMESPACE
+    values: Mapping[str, str],
+    *,
+    files: Sequence[Path] = (),
+    release: str = RELEASE,
+    namespace: str = NAMESPACE,
 ) -> list[JSON]:
+    """The chart's objects with `files` (`-f`, in order) and `values` (`--set`, which win)."""
     sys.path.insert(0, str(REPO / "deploy_tests"))
     from helm_tool import (  # the chart minus its unfetchable KubeRay dependency
         offline_chart_copy,
@@ -45,6 +50,8 @@ def render(
             namespace,
             "--include-crds",
         ]
+        for file in files:
+            command += ["--values", str(file)]
         for key, value in values.items():
             command += ["--set", f"{key}={value}"]
         env = {
