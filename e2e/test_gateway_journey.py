@@ -142,6 +142,11 @@ def until_status(
     )
 
 
+def phase(cluster: Cluster, name: str) -> str | None:
+    found = cluster.get("rlhfjob", name, "team-a") or {}
+    return (found.get("status") or {}).get("phase")
+
+
 def reinforcement(grader: dict[str, Any]) -> Any:  # the SDK's Method, as a tenant writes it
     return {"type": "reinforcement", "reinforcement": {"grader": grader}}
 
@@ -260,8 +265,16 @@ def third_job_is_paused_and_resumed(client: openai.OpenAI, file_id: str, cluster
     with pytest.raises(openai.ConflictError):
         client.fine_tuning.jobs.pause(job.id)
     assert cluster.get("rlhfjob", job.id, "team-a")["spec"]["runPolicy"]["suspend"] is True  # type: ignore[index]
+    wait_for(  # the operator suspends it (its pods go), and it stays paused
+        lambda: True if phase(cluster, job.id) == "Suspended" else None,
+        timeout=300,
+        interval=3,
+        what=f"job {job.id} to be Suspended",
+    )
+    assert str(client.fine_tuning.jobs.retrieve(job.id).status) == "paused"
     resumed = client.fine_tuning.jobs.resume(job.id)
-    assert str(resumed.status) != "paused"
+    assert str(resumed.status) in ("queued", "running"), resumed.status
+    assert not cluster.get("rlhfjob", job.id, "team-a")["spec"]["runPolicy"]["suspend"]  # type: ignore[index]
     until_status(client, job.id, lambda s: s == "running", cluster)
     took = time.monotonic() - started
     client.fine_tuning.jobs.cancel(job.id)  # the journey has shown the resume: free the CPUs
