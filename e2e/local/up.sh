@@ -5,6 +5,9 @@
 #
 #   e2e/local/up.sh [--set chart.key=value ...]
 #
+# `--set gateway.enabled=true` adds the RLHF gateway with e2e/local/gateway-values.yaml (the tiny
+# catalog model) and an S3 store for its files (moto, on the node's address; e2e/README.md).
+#
 # Pods run from the images `make images` built when there are any, else from this machine's
 # filesystem and the checkout's venv (host mode); it prints which.
 #
