@@ -66,14 +66,18 @@ def add_tenant(cluster: Cluster, namespace: str) -> str:
     `kubectl create token` (TokenRequest) is the tenant's API key."""
     cluster.kubectl("create", "namespace", namespace)
     cluster.kubectl("create", "serviceaccount", "tenant", "-n", namespace)
-    cluster.kubectl(
-        "create",
-        "rolebinding",
-        "rlhf-tenant",
-        "-n",
-        namespace,
-        f"--clusterrole={TENANT_ROLE}",
-        f"--serviceaccount={namespace}:tenant",
+    cluster.apply(  # as `kubectl create rolebinding` would (the substrate takes it as YAML)
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "rlhf-tenant", "namespace": namespace},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": TENANT_ROLE,
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": namespace}],
+        }
     )
     keys = {
         k: base64.b64encode(b"substrate").decode()
