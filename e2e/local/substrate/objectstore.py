@@ -11,6 +11,7 @@ A tenant's jobs read the files with the keys of the Secret `rlhf-files-s3` in it
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ class ObjectStore:
     def start(self) -> None:
         import boto3
 
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)  # not a line per request
         self._server.start()
         s3 = boto3.client(
             "s3",
