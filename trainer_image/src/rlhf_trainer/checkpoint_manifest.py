@@ -12,6 +12,8 @@ flushed to disk) and renamed into place with the directory. It records:
   step: a run resumed from an older checkpoint writes lower steps than ones already there,
   and the checkpoint just written must count as the newest.
 - `files`: every data file's size and a digest of samples of it (`file_digest`).
+- `score` (with `checkpoint.keepBest`): the metric and its value at this step, when the step
+  reported it; rotation keeps the best-scoring checkpoint (`checkpoint_best`).
 
 Why samples: a checkpoint of a 7B model with its Adam states is ~100 GB, on a network volume.
 Hashing it whole would read it all again after every save and at every resume (minutes on the
@@ -35,6 +37,8 @@ from typing import Any
 
 from rlhf_trainer.config import JobConfig
 from rlhf_trainer.config.checkpoint import JOB_UID_ENV
+
+from .checkpoint_best import Score
 
 DIGEST_SCHEME = "sha256:first+middle+last-1MiB"
 _SAMPLE = 1024 * 1024
@@ -170,10 +174,14 @@ class Manifest:
     fingerprint: dict[str, Any]
     files: dict[str, dict[str, Any]] = field(default_factory=dict)
     written_at: str = ""
+    # checkpoint.keepBest: the metric's value at this step, when it was reported.
+    score: Score | None = None
 
     def to_json(self) -> str:
+        scored = {"score": self.score.to_json()} if self.score is not None else {}
         return json.dumps(
             {
+                **scored,
                 "step": self.step,
                 "seq": self.seq,
                 "time": self.written_at or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -202,6 +210,7 @@ class Manifest:
             fingerprint=dict(data.get("fingerprint") or {}),
             files=dict(data["files"]),
             written_at=str(data.get("time", "")),
+            score=Score.parse(data.get("score")),
         )
 
 

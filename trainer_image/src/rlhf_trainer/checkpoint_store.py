@@ -14,7 +14,9 @@ Layout under the checkpoint root:
 own save, RNG states, `trainer_state.json`), flushes every file to disk while it records their
 sizes and digests in the manifest, writes the manifest (flushed too), renames the directory into
 place (atomic on one file system), and removes the checkpoints beyond the `keep` most recently
-published. A crash at any point leaves the previous state or the new one visible, never a mix.
+published, except the best-scoring one with `checkpoint.keepBest` (`save(..., score=)` records
+each checkpoint's score in its manifest, so a resumed run knows the best too). A crash at
+any point leaves the previous state or the new one visible, never a mix.
 
 `resume_point` picks what a run continues from (see its docstring); the checks it makes are
 what keep a re-created job (same name, same storage, new UID) from resuming its predecessor,
@@ -33,9 +35,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from rlhf_trainer.config import RESUME_LATEST, ResumePolicy
+from rlhf_trainer.config import RESUME_LATEST, KeepBest, ResumePolicy
 from rlhf_trainer.config.outcome import InvalidSpecError
 
+from .checkpoint_best import BestCheckpoint, Candidate, Score, best_index, to_remove
 from .checkpoint_manifest import (
     Manifest,
     describe_files,
@@ -81,6 +84,10 @@ class _Found:
         return (self.manifest.seq if self.manifest else 0, self.ref.step)
 
 
+def _candidates(found: list[_Found]) -> list[Candidate]:
+    return [Candidate(f.ref.step, f.manifest.score if f.manifest else None) for f in found]
+
+
 def step_dir_name(step: int) -> str:
     return f"step-{step:06d}"
 
@@ -97,12 +104,19 @@ def write_text_atomic(path: Path, text: str) -> None:
 
 
 class CheckpointManager:
-    def __init__(self, root: str | Path, keep: int, owner: CheckpointOwner | None = None) -> None:
+    def __init__(
+        self,
+        root: str | Path,
+        keep: int,
+        owner: CheckpointOwner | None = None,
+        keep_best: KeepBest | None = None,
+    ) -> None:
         if keep < 1:
             raise ValueError(f"keep must be >= 1 (checkpoint.keep); got {keep}")
         self.root = Path(root)
         self.keep = keep
         self.owner = owner if owner is not None else CheckpointOwner()
+        self.keep_best = keep_best
         self.root.mkdir(parents=True, exist_ok=True)
         self._remove_leftovers()
 
@@ -142,9 +156,24 @@ class CheckpointManager:
         complete = self.checkpoints()
         return complete[-1] if complete else None
 
+    def best(self) -> BestCheckpoint | None:
+        """With `keep_best`: the complete checkpoint that scored best on its metric."""
+        found = self._scan()[0]
+        index = best_index(_candidates(found), self.keep_best)
+        if index is None:
+            return None
+        manifest = found[index].manifest
+        if manifest is None or manifest.score is None:  # best_index took a scored one
+            return None
+        ref = found[index].ref
+        return BestCheckpoint(ref.step, ref.path, manifest.score.metric, manifest.score.value)
+
     # --- saving -----------------------------------------------------------------------------
-    def save(self, step: int, write_fn: Callable[[Path], None]) -> Path:
-        """Let `write_fn(tmp_dir)` write a checkpoint, then publish it atomically as step-N."""
+    def save(
+        self, step: int, write_fn: Callable[[Path], None], *, score: float | None = None
+    ) -> Path:
+        """Let `write_fn(tmp_dir)` write a checkpoint, then publish it atomically as step-N;
+        `score`: the keepBest metric's value at this step (None: not reported)."""
         if step < 0:
             raise ValueError(f"step must be >= 0; got {step}")
         final = self.root / step_dir_name(step)
@@ -154,7 +183,12 @@ class CheckpointManager:
             write_fn(tmp)
             seq = 1 + max((f.order[0] for f in self._scan()[0]), default=0)
             files = describe_files(tmp, sync=True)
-            manifest = Manifest(step, seq, self.owner.job_uid, self.owner.fingerprint, files)
+            scored = None
+            if self.keep_best is not None and score is not None:
+                scored = Score(self.keep_best.metric, float(score))
+            manifest = Manifest(
+                step, seq, self.owner.job_uid, self.owner.fingerprint, files, score=scored
+            )
             (tmp / COMPLETE_MARKER).write_text(manifest.to_json() + "\n", encoding="utf-8")
             fsync_file(tmp / COMPLETE_MARKER)
             fsync_dir(tmp)
@@ -181,8 +215,9 @@ class CheckpointManager:
     def _rotate(self) -> None:
         # By publish order: the checkpoint just written is the newest even when a resumed run
         # writes lower steps than older ones still there.
-        complete = self.checkpoints()
-        for ref in complete[: max(0, len(complete) - self.keep)]:
+        found = self._scan()[0]
+        for index in to_remove(_candidates(found), self.keep, self.keep_best):
+            ref = found[index].ref
             # Unmark first: a half-deleted directory must not look complete to a reader.
             (ref.path / COMPLETE_MARKER).unlink(missing_ok=True)
             shutil.rmtree(ref.path, ignore_errors=True)

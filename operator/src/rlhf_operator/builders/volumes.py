@@ -27,7 +27,7 @@ from rlhf_trainer.config.location_rules import file_locations, model_locations
 from rlhf_trainer.config.locations import is_pvc, parse_pvc
 from rlhf_trainer.config.podlogs import LOGS_DIR
 
-from ..api.v1alpha1 import JobOutput, RLHFJob
+from ..api.v1alpha1 import BestOutput, JobOutput, RLHFJob, TrainerBest
 from ..settings import OperatorSettings
 from .common import CONFIG_DIR, JSON, config_map_name, pvc_name
 
@@ -188,23 +188,37 @@ def scratch(tmp_size: str, home_size: str, shm_size: str | None) -> tuple[list[J
     return volume_list, mounts
 
 
-def job_output(job: RLHFJob) -> JobOutput:
+def job_output(job: RLHFJob, best: TrainerBest | None = None) -> JobOutput:
     """Where the trainer wrote the job's results (`output_dir` in its pods) on the storage
-    volume, and where it uploaded them."""
+    volume, and where it uploaded them; `best`: the trainer's best checkpoint
+    (checkpoint.keepBest), exported as best/ beside final/."""
     base = f"pvc://{storage_claim(job)}/{job_dir(job)}/output"
     export = job.spec.checkpoint.export_hf
     # The online trainers export the policy as final/actor (and PPO's critic as final/critic);
-    # the offline ones export the one model they train as final/.
-    model = f"{base}/final/actor" if job.spec.algorithm.name.is_online else f"{base}/final"
+    # the offline ones export the one model they train as final/. best/ is laid out the same.
+    model = "actor" if job.spec.algorithm.name.is_online else ""
+    best_output = None
+    if best is not None:
+        best_output = BestOutput(
+            model=_join(f"{base}/best", model) if export else None,
+            step=best.step,
+            metric=best.metric,
+            score=best.score,
+        )
     return JobOutput(
-        model=model if export else None,
+        model=_join(f"{base}/final", model) if export else None,
         metrics=f"{base}/metrics.jsonl",
         tensorboard=f"{base}/tensorboard",
         logs=job_logs(job),
         uploaded=job.spec.output.uri,
+        best=best_output,
     )
 
 
 def job_logs(job: RLHFJob) -> str:
     """Where the pods keep their logs (builders/podlogs.py), as a location."""
     return f"pvc://{storage_claim(job)}/{job_dir(job)}/{LOGS_DIR}"
+
+
+def _join(directory: str, name: str) -> str:
+    return f"{directory}/{name}" if name else directory

@@ -157,7 +157,7 @@ def _with_output(job: RLHFJob, status: RLHFJobStatus) -> RLHFJobStatus:
     of its results once the job succeeded: they exist then, and stay."""
     output = None
     if status.phase is Phase.SUCCEEDED:
-        output = job_output(job)
+        output = job_output(job, status.trainer.best if status.trainer else None)
     elif status.ray_job is not None:
         output = JobOutput(logs=job_logs(job), uploaded=job.spec.output.uri)
     return status.model_copy(update={"output": output})

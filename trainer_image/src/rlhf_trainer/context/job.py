@@ -7,6 +7,7 @@ Light on purpose (no torch, no Ray): the train functions and the runner both imp
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -22,12 +23,17 @@ from .preemption import StopCheck, never
 
 if TYPE_CHECKING:
     from rlhf_trainer.checkpoint import CheckpointManager
+    from rlhf_trainer.checkpoint_best import BestCheckpoint
     from rlhf_trainer.reporting.reporter import Reporter
 
 log = logging.getLogger(__name__)
 
 CHECKPOINTS_DIR = "checkpoints"
 FINAL_DIR = "final"
+# checkpoint.keepBest: the best-scoring checkpoint's export, beside final/.
+BEST_DIR = "best"
+# In best/: which checkpoint it is, its metric and score.
+BEST_RECORD = "best.json"
 
 
 class JobError(InvalidSpecError, RuntimeError):
@@ -72,6 +78,11 @@ class RunDirs:
         """The trained model(s) in Hugging Face format, published whole at the end."""
         return self.run / FINAL_DIR
 
+    @property
+    def best(self) -> Path:
+        """checkpoint.keepBest: the best checkpoint's model(s), published when it is found."""
+        return self.run / BEST_DIR
+
 
 def run_dirs(
     cfg: JobConfig, *, name: str, base_dir: Path, run_dir: Path | None, cwd: Path | None = None
@@ -115,6 +126,8 @@ class RunResult:
     resumed_from: int | None  # the checkpoint's step the run continued from
     checkpoint: Path | None  # the newest complete checkpoint
     exported: Path | None  # the final HF model, when written
+    best: BestCheckpoint | None = None  # checkpoint.keepBest's, when one scored
+    best_exported: Path | None = None  # its HF model, when written
 
 
 @dataclass
@@ -165,7 +178,8 @@ class RunContext:
         if fingerprint is None:
             fingerprint = resume_fingerprint(self.cfg)
         owner = CheckpointOwner(job_uid(), fingerprint)
-        return CheckpointManager(self.dirs.checkpoints, self.cfg.checkpoint.keep, owner)
+        c = self.cfg.checkpoint
+        return CheckpointManager(self.dirs.checkpoints, c.keep, owner, c.keep_best)
 
     def close(self) -> None:
         self._closers.close()
@@ -198,9 +212,10 @@ def fit(ctx: RunContext, trainer: _Trainer, checkpoints: CheckpointManager) -> R
         raise RunFailed(
             err, trainer.state.step, trainer.failure_checkpoint, latest.path if latest else None
         ) from err
-    latest = checkpoints.latest()
-    final = ctx.dirs.final
+    latest, best = checkpoints.latest(), checkpoints.best()
+    final, best_dir = ctx.dirs.final, ctx.dirs.best
     exported = final if ctx.cfg.checkpoint.export_hf and final.exists() else None
+    best_exported = best_dir if best is not None and read_best_record(best_dir) == best else None
     return RunResult(
         ctx.name,
         ctx.dirs,
@@ -208,4 +223,26 @@ def fit(ctx: RunContext, trainer: _Trainer, checkpoints: CheckpointManager) -> R
         trainer.resumed_from,
         latest.path if latest else None,
         exported,
+        best,
+        best_exported,
     )
+
+
+def write_best_record(directory: Path, best: BestCheckpoint) -> None:
+    """`best.json` in an export of the best checkpoint: its step, metric, score and path."""
+    record = {"step": best.step, "metric": best.metric, "score": best.score}
+    record["checkpoint"] = str(best.path)
+    (directory / BEST_RECORD).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+
+
+def read_best_record(directory: Path) -> BestCheckpoint | None:
+    """The best checkpoint an export in `directory` is of (None: none there, or unreadable)."""
+    from rlhf_trainer.checkpoint_best import BestCheckpoint
+
+    try:
+        data = json.loads((directory / BEST_RECORD).read_text(encoding="utf-8"))
+        return BestCheckpoint(
+            int(data["step"]), Path(data["checkpoint"]), str(data["metric"]), float(data["score"])
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from rlhf_trainer.checkpoint import CheckpointRef
+from rlhf_trainer.checkpoint_best import BestCheckpoint
 from rlhf_trainer.config import ResumePolicy
 
 T_co = TypeVar("T_co", covariant=True)
@@ -26,8 +27,11 @@ class Pending(Protocol[T_co]):
 
 
 class CheckpointStore(Protocol):
-    def save(self, step: int, write_fn: Callable[[Path], None]) -> Path: ...
+    def save(
+        self, step: int, write_fn: Callable[[Path], None], *, score: float | None = ...
+    ) -> Path: ...
     def latest(self) -> CheckpointRef | None: ...
+    def best(self) -> BestCheckpoint | None: ...
     def resume_point(
         self, resume: ResumePolicy, resume_from: str | None
     ) -> CheckpointRef | None: ...
@@ -44,6 +48,8 @@ class Reporter(Protocol):
     ) -> object: ...
 
     def on_checkpoint(self, step: int, path: Path) -> None: ...
+
+    def on_best(self, best: BestCheckpoint) -> None: ...
 
 
 class Cluster(Protocol):

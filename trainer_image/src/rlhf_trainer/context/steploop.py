@@ -15,11 +15,18 @@ loop checks it within a step too (`stop_if_requested`), up to its update. The gu
 (`health`) watch every step's metrics (`check_health`, at the end of a step) and the
 non-finite values a stage finds (`NonFiniteError`): a trip raises `Unhealthy`, which takes the
 failure path above.
+
+With `checkpoint.keepBest` a checkpoint records its step's value of the metric (`checkpoint`'s
+`metrics`), every evaluation step is a checkpoint step when the metric is an evaluation's, and
+a checkpoint that becomes the best is exported at once as `best/` beside `final/` (its weights
+are the ranks' then) and reported (`Reporter.on_best`); a resumed run knows the best from the
+checkpoints' manifests.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Generic, TypeVar
@@ -28,9 +35,12 @@ import torch
 from torch import Tensor
 
 from rlhf_trainer.checkpoint import TrainerState, publish_dir
+from rlhf_trainer.checkpoint_best import BestCheckpoint
 from rlhf_trainer.config import JobConfig
+from rlhf_trainer.config.report import EVAL_PREFIX
 
 from .health import HealthWatch, Unhealthy
+from .job import BEST_DIR, write_best_record
 from .preemption import Preempted, StopCheck, never
 from .protocols import CheckpointStore, Cluster, Reporter
 
@@ -82,6 +92,7 @@ class StepLoop(Generic[C]):
         self.failure_checkpoint: Path | None = None
         self.phase = IDLE
         self.health = health if health is not None else HealthWatch(cfg.run_policy.guardrails)
+        self.best: BestCheckpoint | None = None
 
     # --- what a loop plugs in ------------------------------------------------------------
     def train_step(self, state: TrainerState) -> TrainerState:
@@ -114,6 +125,10 @@ class StepLoop(Generic[C]):
 
     def close(self) -> None:
         """At the end of `fit`, whatever happened."""
+
+    def evaluates(self, step: int) -> bool:
+        """Does `step` evaluate (report `eval/` metrics)?"""
+        return False
 
     # --- the loop -------------------------------------------------------------------------
     def fit(self) -> TrainerState:
@@ -154,22 +169,52 @@ class StepLoop(Generic[C]):
 
     def due(self, step: int) -> bool:
         """Is a checkpoint due after `step` (every `checkpoint.everySteps`, and the last)?"""
-        every = self.cfg.checkpoint.every_steps
+        every, best = self.cfg.checkpoint.every_steps, self.cfg.checkpoint.keep_best
+        if best is not None and best.metric.startswith(EVAL_PREFIX) and self.evaluates(step):
+            return True  # each evaluation's score has its checkpoint
         return bool(every and step % every == 0) or step == self.total_steps
 
     # --- checkpoints ----------------------------------------------------------------------
-    def checkpoint(self, state: TrainerState, *, after_failure: bool = False) -> Path:
+    def checkpoint(
+        self,
+        state: TrainerState,
+        *,
+        after_failure: bool = False,
+        metrics: Mapping[str, float] | None = None,
+    ) -> Path:
+        """Save `state`; `metrics`: the step's, whose keepBest metric scores the checkpoint."""
+
         def write(directory: Path) -> None:
             self.cluster.save_checkpoint(str(directory))
             self.save_driver_state(directory, state, after_failure=after_failure)
 
-        path = self.checkpoints.save(state.step, write)
+        score = best_score(self.cfg, metrics)
+        path = self.checkpoints.save(state.step, write, score=score)
         self.saved_step = state.step
         self.reporter.on_checkpoint(state.step, path)
         log.info(
             "checkpoint of step %d%s: %s", state.step, " (after a failure)" * after_failure, path
         )
+        if score is not None:
+            self.track_best(written=path)
         return path
+
+    def track_best(self, *, written: Path | None = None) -> None:
+        """Take note of the best checkpoint; when it is the one just `written` (the ranks
+        hold its weights), export it as `best/` beside `final/`."""
+        best = self.checkpoints.best()
+        if best is None or best == self.best:
+            return
+        export = self.export_dir is not None and self.cfg.checkpoint.export_hf
+        if export and written is not None and best.path == written and self.export_dir:
+
+            def write(directory: Path) -> None:
+                self.export(directory)
+                write_best_record(directory, best)
+
+            publish_dir(write, self.export_dir.with_name(BEST_DIR))
+        self.best = best
+        self.reporter.on_best(best)
 
     def resume(self) -> None:
         """Continue from this job's checkpoint, if it has one (see `resume_point`: only its
@@ -183,6 +228,7 @@ class StepLoop(Generic[C]):
         self.state = self.load_driver_state(latest.path)
         self.saved_step = self.resumed_from = self.state.step
         log.info("resumed from the checkpoint of step %d: %s", self.state.step, latest.path)
+        self.track_best()  # exported when it was written
 
     def checkpoint_after_failure(self) -> None:
         """Save the last finished step after a failure, when that is possible and useful."""
@@ -193,3 +239,11 @@ class StepLoop(Generic[C]):
                 self.failure_checkpoint = self.checkpoint(self.state, after_failure=True)
         except Exception:  # the original error is the one to report
             self.failure_checkpoint = None
+
+
+def best_score(cfg: JobConfig, metrics: Mapping[str, float] | None) -> float | None:
+    """The keepBest metric's finite value among a step's `metrics` (None: no rule, or not
+    reported)."""
+    best = cfg.checkpoint.keep_best
+    value = metrics.get(best.metric) if best is not None and metrics else None
+    return float(value) if value is not None and math.isfinite(value) else None

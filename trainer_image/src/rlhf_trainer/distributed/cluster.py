@@ -27,6 +27,7 @@ from .plan import (
     CRITIC,
     REFERENCE,
     ROLLOUT,
+    TEACHER,
     PlacementPlan,
     plan_placement,
     reward_role,
@@ -53,6 +54,7 @@ class ModelDirs:
     critic: str | None
     reference: str | None
     rewards: tuple[str, ...]
+    teacher: str | None = None  # on-policy distillation's frozen teacher
 
 
 def start_ray(plan: PlacementPlan, device: Device, *, address: str | None = None) -> None:
@@ -276,6 +278,13 @@ class TrainingCluster:
             if REFERENCE in roles and dirs.reference
             else None
         )
+        # On-policy distillation's teacher: frozen ranks scoring the sampled tokens, as the
+        # reference's do.
+        self.teacher = (
+            group(TEACHER, ReferenceWorker, dirs.teacher)
+            if TEACHER in roles and dirs.teacher
+            else None
+        )
         self.critic = (
             group(CRITIC, CriticWorker, dirs.critic) if CRITIC in roles and dirs.critic else None
         )
@@ -350,6 +359,7 @@ class TrainingCluster:
     def _model_groups(self) -> list[RoleGroup]:
         groups = [self.actor]
         groups += [self.reference] if self.reference else []
+        groups += [self.teacher] if self.teacher else []
         groups += [self.critic] if self.critic else []
         return groups + self.rewards
 
@@ -379,6 +389,9 @@ class TrainingCluster:
 
     def reference_log_probs(self, batch: dict[str, Tensor]) -> Pending | None:
         return self.reference.map_batch(_log_probs, batch) if self.reference else None
+
+    def teacher_log_probs(self, batch: dict[str, Tensor]) -> Pending | None:
+        return self.teacher.map_batch(_log_probs, batch) if self.teacher else None
 
     def critic_values(self, batch: dict[str, Tensor]) -> Pending | None:
         return (

@@ -38,6 +38,7 @@ from rlhf_trainer.reporting.timing import StageTimer
 
 from .batch import Sample, behaviour_log_probs, to_batch
 from .cluster import OnlineCluster
+from .distill import distill_scores
 from .estimators import compute_advantages, kl_statistic, process_scores
 from .evaluation import evaluate, is_eval_step
 from .pipeline import rollout_source
@@ -156,7 +157,7 @@ class Trainer(StepLoop[Cluster]):
                 metrics |= self.rollouts.on_engines(lambda: evaluate(self, step, self.eval_prompts))
         if self.due(step):
             with timer("checkpoint"):
-                self.checkpoint(new_state)
+                self.checkpoint(new_state, metrics=metrics)
         self.report(step, samples, metrics, timer.timings())
         self.phase = IDLE
         self.check_health(step, metrics)
@@ -243,14 +244,22 @@ class Trainer(StepLoop[Cluster]):
         recompute = rollout_logp is not None or (behaviour is None and not self.on_policy())
         old_logp_p = self.cluster.actor_log_probs(batch) if recompute else None
         ref_p = self.cluster.reference_log_probs(batch)
+        teacher_p = self.cluster.teacher_log_probs(batch) if algo.name.needs_teacher else None
         values_p = self.cluster.critic_values(batch)
-        if scored is None:
+        if scored is None and teacher_p is None:
             rm_p = self.cluster.reward_model_scores(batch)
             with timer("reward"):
                 scored = self.hooks.scorer.score(samples, [p.result() for p in rm_p])
+        old_logp = old_logp_p.result() if old_logp_p is not None else behaviour
+        teacher_logp = teacher_p.result() if teacher_p is not None else None
+        if teacher_logp is not None:  # on-policy distillation: the teacher is the reward
+            if old_logp is None:
+                raise RuntimeError("on-policy distillation needs the student's log-probs")
+            scored = distill_scores(old_logp, teacher_logp, mask)
+        if scored is None:
+            raise RuntimeError("no rewards: neither reward sources nor a teacher scored")
         raw, reward_metrics = scored
         check_finite("the combined reward", raw, step, "a reward source returned NaN/inf")
-        old_logp = old_logp_p.result() if old_logp_p is not None else behaviour
         if rollout_logp is not None:
             engine_logp = torch.where(mask != 0, rollout_logp, 0.0)
             why = "vLLM gave no finite log-prob for a token it sampled"
@@ -280,6 +289,7 @@ class Trainer(StepLoop[Cluster]):
             values=values,
             kl_coef=self.kl.value,
             group_size=cfg.rollout.samples_per_prompt,
+            teacher_logp=teacher_logp,
         )
         scale = "rewards too large for the float range: set algorithm.rewardClip or scale them"
         check_finite("the advantages", adv.advantages, step, scale)
@@ -315,11 +325,16 @@ class Trainer(StepLoop[Cluster]):
             metrics |= mismatch_metrics(self.correction, old_logp, rollout_logp, mask)
         return batch, metrics, normalizer_stats(normalizer) if algo.normalize_reward else {}
 
+    def evaluates(self, step: int) -> bool:
+        return bool(self.eval_prompts) and is_eval_step(self.cfg, step, self.total_steps)
+
     def on_policy(self) -> bool:
-        t = self.cfg.training
+        """Can the old log-probs be the training forward's own? Not for on-policy
+        distillation, whose rewards are computed from them before the update."""
+        t, algo = self.cfg.training, self.cfg.algorithm
         samples = t.rollout_batch_size * self.cfg.rollout.samples_per_prompt
         one_step = t.ppo_epochs == 1 and samples == t.train_batch_size
-        return one_step and self.cfg.algorithm.kl_coef == 0
+        return one_step and algo.kl_coef == 0 and not algo.name.needs_teacher
 
     def update(self, step: int, batch: dict[str, Tensor]) -> dict[str, float]:
         """PPO epochs on the actor and the critic at the same time (separate ranks)."""

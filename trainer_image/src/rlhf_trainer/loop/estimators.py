@@ -11,6 +11,7 @@ prescribes (following OpenRLHF's implementation of the papers):
 | grpo                 | group mean / std             | yes          | no (group-normalised)   |
 | dr-grpo              | group mean                   | yes          | no                      |
 | rloo                 | leave-one-out group mean     | yes          | no                      |
+| on-policy-distillation | none: per-token -(logp - logp_teacher), no discount | no | no  |
 
 "KL in reward" is the per-token penalty `-klCoef * KL` (reward on the EOS token, InstructGPT);
 with `useKlLoss` the KL moves into the actor's loss instead and the reward carries only the
@@ -30,6 +31,8 @@ from rlhf_trainer.algos.kl import kl_estimate
 from rlhf_trainer.algos.masking import masked_mean
 from rlhf_trainer.algos.rewards import RunningMeanStd, clip_rewards, shape_token_rewards
 from rlhf_trainer.config import AlgorithmConfig, AlgorithmName
+
+from .distill import reverse_kl_tokens
 
 GROUP_METHOD = {
     AlgorithmName.GRPO: "grpo",
@@ -77,12 +80,20 @@ def compute_advantages(
     values: Tensor | None,
     kl_coef: float,
     group_size: int,
+    teacher_logp: Tensor | None = None,
 ) -> Advantages:
-    """Advantages and returns of one step's batch (`scores` `[B]`, per-token `[B, R]`)."""
+    """Advantages and returns of one step's batch (`scores` `[B]`, per-token `[B, R]`;
+    `teacher_logp`: on-policy distillation's teacher, whose log-probs are the reward)."""
     name = algo.name
+    real = mask != 0
+    if name is AlgorithmName.ON_POLICY_DISTILLATION:
+        if teacher_logp is None:
+            raise ValueError("algorithm on-policy-distillation needs the teacher's log-probs")
+        # Each token's own reward (Thinking Machines' discount 0), unwhitened: see `distill`.
+        rewards = -reverse_kl_tokens(old_logp, teacher_logp, real)
+        return Advantages(rewards, rewards, rewards, torch.zeros_like(rewards))
     kl = token_kl(old_logp, ref_logp, mask, algo)
     penalty = 0.0 if algo.use_kl_loss else kl_coef
-    real = mask != 0
     if name is AlgorithmName.PPO:
         if values is None:
             raise ValueError("algorithm ppo needs the critic's values")

@@ -1,6 +1,7 @@
 """The online train function (`rlhf_trainer.runner` dispatches PPO, GRPO, REINFORCE++, RLOO,
-Dr. GRPO here): resolve the models, prompts, reward sources and agent, start the cluster, and
-run the driver loop. The runner owns directories, errors, exit codes and teardown.
+Dr. GRPO, on-policy distillation here): resolve the models, prompts, reward sources and
+agent, start the cluster, and run the driver loop. The runner owns directories, errors, exit
+codes and teardown.
 
 `train_rollouts` is the same for any loop over rollouts with its own cluster and driver
 classes (the iterative trainers use it too).
@@ -13,10 +14,18 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from rlhf_trainer.context.job import RunContext, RunResult, fit, resolve_path, total_steps
+from rlhf_trainer.context.job import (
+    JobError,
+    RunContext,
+    RunResult,
+    fit,
+    resolve_path,
+    total_steps,
+)
 from rlhf_trainer.context.preemption import Preempted
 
 from .cluster import OnlineCluster
+from .distill import tokenizer_problem
 
 if TYPE_CHECKING:
     from .driver import Trainer
@@ -72,6 +81,9 @@ def train_rollouts(
         )
         critic_dir = resolve_model_dir(models.resolved_critic(), cache, kind, base)
     reference_dir = resolve_model_dir(models.resolved_reference(), cache, "causal-lm", base)
+    teacher_dir = None
+    if models.teacher is not None and cfg.algorithm.name.is_online:
+        teacher_dir = resolve_model_dir(models.teacher, cache, "causal-lm", base)
     # A process reward model is a causal LM read at its step tokens; the others score sequences.
     reward_dirs = tuple(
         resolve_model_dir(rm, cache, "causal-lm" if rm.process else "reward", base)
@@ -90,6 +102,11 @@ def train_rollouts(
         agents.start()  # a file that does not load fails here, before any model loads
 
     tokenizer = load_tokenizer(actor_dir, LoadOptions.of(models.actor))
+    if teacher_dir is not None and models.teacher is not None:
+        teacher_tokenizer = load_tokenizer(teacher_dir, LoadOptions.of(models.teacher))
+        problem = tokenizer_problem(tokenizer.get_vocab(), teacher_tokenizer.get_vocab())
+        if problem is not None:
+            raise JobError(problem)
     prompts = load_prompts(cfg.data, tokenizer, base, cfg.training.seed)
     eval_prompts = []
     if cfg.data.eval:
@@ -106,7 +123,7 @@ def train_rollouts(
     ctx.on_close(shutdown_ray)
     cluster = cluster_cls(
         cfg,
-        ModelDirs(actor_dir, critic_dir, reference_dir, reward_dirs),
+        ModelDirs(actor_dir, critic_dir, reference_dir, reward_dirs, teacher_dir),
         total_optimizer_steps=optimizer_steps(steps),
     )
     ctx.on_close(cluster.shutdown)

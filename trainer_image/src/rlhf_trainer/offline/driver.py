@@ -138,7 +138,7 @@ class OfflineTrainer(StepLoop[OfflineCluster]):
         self.state, self.phase = new_state, "updated"
         if self.due(step):
             with timer("checkpoint"):
-                self.checkpoint(new_state)
+                self.checkpoint(new_state, metrics=metrics)
         self.report(step, current, metrics, timer.timings())
         self.phase = IDLE
         self.check_health(step, metrics)

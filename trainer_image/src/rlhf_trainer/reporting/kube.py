@@ -36,7 +36,7 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlhf_trainer.config.history import MetricsHistory
 from rlhf_trainer.config.outcome import FailureClass
@@ -53,6 +53,9 @@ from rlhf_trainer.config.report import (
 )
 
 from .base import StepReport
+
+if TYPE_CHECKING:
+    from rlhf_trainer.checkpoint_best import BestCheckpoint
 
 log = logging.getLogger(__name__)
 
@@ -127,12 +130,23 @@ def eval_status(step: int, metrics: Mapping[str, float]) -> dict[str, Any] | Non
     return body
 
 
+def best_status(best: BestCheckpoint) -> dict[str, Any]:
+    """`status.trainer.best` (pure)."""
+    return {
+        "step": best.step,
+        "metric": best.metric,
+        "score": best.score,
+        "checkpoint": str(best.path),
+    }
+
+
 def trainer_status(
     report: StepReport,
     checkpoints: list[dict[str, Any]],
     now: str,
     evaluation: dict[str, Any] | None = None,
     history: dict[str, list[list[float]]] | None = None,
+    best: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The camelCase progress (`status.trainer` without the outcome) of one step (pure); the
     latest evaluation (`eval_status`) goes under `eval`, not among the step's metrics; the
@@ -147,6 +161,8 @@ def trainer_status(
     }
     if evaluation is not None:
         body["eval"] = evaluation
+    if best is not None:
+        body["best"] = best
     if history:
         body["history"] = history
     if report.reward is not None:
@@ -228,6 +244,7 @@ class KubeReporter:
         self._checkpoints: list[dict[str, Any]] = []
         self._last: StepReport | None = None  # the newest step report
         self._eval: dict[str, Any] | None = None  # the newest evaluation, kept between them
+        self._best: dict[str, Any] | None = None  # checkpoint.keepBest's best checkpoint
         self._history = history if history is not None else MetricsHistory()
         self._dirty = False  # something not yet sent (a step or a checkpoint)
         self._last_sent: float | None = None
@@ -255,6 +272,11 @@ class KubeReporter:
         self._dirty = True
         self._flush(force=False)
 
+    def write_best(self, best: BestCheckpoint) -> None:
+        self._best = best_status(best)
+        self._dirty = True
+        self._flush(force=False)
+
     def close(self) -> None:
         self._flush(force=True)
 
@@ -268,7 +290,7 @@ class KubeReporter:
         if not (force or due) or (now < self._blocked_until and not force):
             return
         body = trainer_status(
-            report, self._checkpoints, utc_now(), self._eval, self._history.to_json()
+            report, self._checkpoints, utc_now(), self._eval, self._history.to_json(), self._best
         )
         if self.write(PROGRESS_KEY, body):
             self._dirty = False

@@ -6,7 +6,7 @@ import json
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from rlhf_trainer.config import LoggingConfig
 from rlhf_trainer.config.history import MetricsHistory
@@ -15,6 +15,9 @@ from .base import Sink, StepReport, finite_metrics, split_samples
 from .kube import KubeReporter, target_from_env
 from .sinks import ConsoleSink, JsonlSink, TensorBoardSink, WandbSink
 from .timing import Progress
+
+if TYPE_CHECKING:
+    from rlhf_trainer.checkpoint_best import BestCheckpoint
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +66,14 @@ class Reporter:
     def on_checkpoint(self, step: int, path: Path) -> None:
         for sink in self.sinks:
             self._guard(sink, "checkpoint", sink.write_checkpoint, step, Path(path))
+
+    def on_best(self, best: BestCheckpoint) -> None:
+        """A new best checkpoint (checkpoint.keepBest), to the sinks that show one (the
+        metric itself is already among the step's metrics)."""
+        for sink in self.sinks:
+            write = getattr(sink, "write_best", None)
+            if write is not None:
+                self._guard(sink, "best", write, best)
 
     def close(self) -> None:
         for sink in self.sinks:

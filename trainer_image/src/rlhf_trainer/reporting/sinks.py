@@ -6,13 +6,16 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from rlhf_trainer.config import WandbConfig
 from rlhf_trainer.config.report import EVAL_GREEDY_REWARD, EVAL_MEAN_REWARD
 
 from .base import KL_KEY, REWARD_KEY, StepReport
 from .timing import STAGES, format_duration
+
+if TYPE_CHECKING:
+    from rlhf_trainer.checkpoint_best import BestCheckpoint
 
 
 def console_line(report: StepReport) -> str:
@@ -56,7 +59,12 @@ class ConsoleSink:
         self._bar.set_postfix_str(console_line(report).split(" | ", 1)[-1], refresh=True)
 
     def write_checkpoint(self, step: int, path: Path) -> None:
-        message = f"checkpoint step {step}: {path}"
+        self._say(f"checkpoint step {step}: {path}")
+
+    def write_best(self, best: BestCheckpoint) -> None:
+        self._say(f"best checkpoint: step {best.step} ({best.metric} = {best.score:.4g})")
+
+    def _say(self, message: str) -> None:
         if self._bar is not None:
             self._bar.write(message)
         else:
@@ -98,6 +106,10 @@ class JsonlSink:
 
     def write_checkpoint(self, step: int, path: Path) -> None:
         self._write({"event": "checkpoint", "time": time.time(), "step": step, "path": str(path)})
+
+    def write_best(self, best: BestCheckpoint) -> None:
+        record = {"event": "best", "time": time.time(), "step": best.step, "path": str(best.path)}
+        self._write(record | {"metric": best.metric, "score": best.score})
 
     def close(self) -> None:
         self._file.close()

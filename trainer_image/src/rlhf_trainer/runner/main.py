@@ -191,12 +191,22 @@ def _run_config(
     exported = f"; model in {result.exported}" if result.exported else ""
     message = (
         f"{name} finished {result.steps} steps{resumed} in {minutes:.1f} min; "
-        f"outputs in {result.dirs.run}{exported}"
+        f"outputs in {result.dirs.run}{exported}{best_summary(result)}"
     )
     report_outcome(ExitCode.SUCCEEDED, None, message)
     log.info(message)  # the attempt's trainer.jsonl on a cluster
     print(f"{PREFIX}: {message}", file=sys.stderr)
     return int(ExitCode.SUCCEEDED)
+
+
+def best_summary(result: RunResult) -> str:
+    """checkpoint.keepBest's part of the summary: which checkpoint scored best, and where its
+    model is."""
+    best = result.best
+    if best is None:
+        return ""
+    where = f", model in {result.best_exported}" if result.best_exported else ""
+    return f"; best: step {best.step} ({best.metric} = {best.score:.6g}, {best.path}{where})"
 
 
 def place(config: JobConfig, base_dir: Path) -> JobConfig:
