@@ -50,7 +50,8 @@ async def test_the_best_checkpoint_is_on_the_status(operator: Cluster) -> None:
         "checkpoint": "/storage/ppo-best/checkpoints/step-000002",
     }
     assert [cp["step"] for cp in trainer["checkpoints"]] == [2, 8]
-    assert "output" not in c.status("ppo-best")  # results are named once it succeeded
+    # The results (the best model among them) are named once the job succeeded.
+    assert "best" not in c.status("ppo-best").get("output", {})
 
     c.kuberay(
         "ppo-best-r0",

@@ -272,7 +272,9 @@ class ModelsConfig(ConfigModel):
     )
     reference: ModelSource | None = Field(None, description="Reference policy. Default: actor.")
     teacher: ModelSource | None = Field(
-        None, description="Distillation: the frozen teacher (same vocabulary as the actor)."
+        None,
+        description="distillation and on-policy-distillation: the frozen teacher (the "
+        "actor's tokenizer and vocabulary).",
     )
     reward_models: list[RewardModel] = Field(default_factory=list, max_length=16)
     reward_function: RewardFunction | None = None
