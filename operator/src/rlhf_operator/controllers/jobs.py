@@ -16,6 +16,8 @@ pass, so a waiting job needs neither a timer nor a request.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import logging
 import time
 from collections import defaultdict
@@ -71,6 +73,8 @@ class Controller:
         # Passes in a row that failed (a request other than applying a child, or a bug).
         self.backoff = Backoff(settings)
         self._latest: dict[Key, JSON] = {}
+        # Per job: (UID, generation, digest of the status) as its last pass left it.
+        self._decided: dict[Key, tuple[str, Any, bytes]] = {}
         self._timers = Requeue(self._requeue)
 
     def bind(
@@ -223,23 +227,33 @@ class Controller:
 
     async def _write_status(self, key: Key, body: JSON, decision: Decision) -> None:
         patch = status_patch(body.get("status"), decision.status)
+        # What the job looks like once written (remembered before the request: its watch
+        # event may come before its answer).
+        self._decided[key] = _fingerprint(body, _merged(body.get("status") or {}, patch))
         if not patch:
             return
         updated = await self.api.patch_status(body, patch)
         if updated is not None:
             self._latest[key] = without_bookkeeping(updated)
 
-    def own_write(self, body: Mapping[str, Any]) -> bool:
-        """`body` is the very object our last status patch of this job returned (same UID
-        and resourceVersion): the event it causes brings nothing the pass that wrote it did
-        not know, and a pass on it would only decide the same again."""
-        latest = self._latest.get(job_key(body))
-        meta = body.get("metadata") or {}
-        return (
+    def nothing_new(self, body: Mapping[str, Any]) -> bool:
+        """The event brings nothing a pass would act on: `body` is the job as the last pass
+        left it (same UID, spec generation and status: the echo of our own status patch, or
+        of kopf's bookkeeping), or older than what our last status patch returned (watch
+        events come in order: the newer version's own event follows). What the pass reads
+        besides the job (children, pods, report, the jobs it takes a model from) comes with
+        its own events."""
+        key = job_key(body)
+        latest = self._latest.get(key)
+        uid = (body.get("metadata") or {}).get("uid")
+        if (
             latest is not None
-            and latest["metadata"].get("uid") == meta.get("uid")
-            and _resource_version(latest) == _resource_version(body) >= 0
-        )
+            and latest["metadata"].get("uid") == uid
+            and 0 <= _resource_version(body) < _resource_version(latest)
+        ):
+            return True
+        remembered = self._decided.get(key)
+        return remembered is not None and remembered == _fingerprint(body, body.get("status"))
 
     def _freshest(self, key: Key, body: Mapping[str, Any]) -> JSON:
         """The newer of the body we were handed and the one our last status patch returned:
@@ -313,6 +327,7 @@ class Controller:
         """Drop what is remembered about a deleted job."""
         self._timers.cancel(key)
         self._latest.pop(key, None)
+        self._decided.pop(key, None)
         self.backoff.succeeded(key)
         self.reader.forget(key)
         self.applier.forget(key)
@@ -323,6 +338,25 @@ class Controller:
     async def close(self) -> None:
         await self._timers.close()
         await self.api.close()
+
+
+def _merged(old: Mapping[str, Any], patch: Mapping[str, Any]) -> JSON:
+    """A JSON merge patch applied (RFC 7386): what the server will store."""
+    out = dict(old)
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _merged(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _fingerprint(body: Mapping[str, Any], status: Any) -> tuple[str, Any, bytes]:
+    meta = body.get("metadata") or {}
+    text = json.dumps(status or {}, sort_keys=True, separators=(",", ":"), default=str)
+    return str(meta.get("uid", "")), meta.get("generation"), hashlib.sha1(text.encode()).digest()
 
 
 def _action_events(outcomes: list[Applied], deleted: tuple[str, ...]) -> list[Event]:

@@ -122,8 +122,8 @@ def register(
             if controller.job_body((namespace or "", name)) is None:
                 controller.forget((namespace or "", name))
             return
-        if controller.own_write(body):
-            return  # our own status patch coming back: nothing new for the pass
+        if controller.nothing_new(body):
+            return  # our own status patch (or kopf's bookkeeping) coming back
         await _quietly(controller, body, "job-event")
 
     @kopf.on.event("ray.io", "v1", "rayjobs", labels={JOB_LABEL: kopf.PRESENT}, registry=registry)
