@@ -19,7 +19,10 @@ pytestmark = pytest.mark.slow
 
 def test_the_students_reverse_kl_to_its_teacher_falls(ray_up: None, tmp_path: Path) -> None:
     """The teacher is tiny-sft-cpu's model; the student a random-init model of the same
-    tokenizer. Measured: see MEASURED below (the whole test ~N min on 2 busy shared cores)."""
+    tokenizer. Measured with the example's own run (60 steps, 4.2 min of training on 2 busy
+    shared cores, after the teacher's 5.7 min): distill/reverse_kl 7.59 -> 3.03 (mean of the
+    first and of the last 4 steps; lowest 1.95 at step 28), reward -89.7 -> -35.7; keepBest kept
+    step 20's checkpoint (2.84) beside step 60's."""
     teacher_cfg, teacher_base = example("tiny-sft-cpu")
     run_example(teacher_cfg, teacher_base, tmp_path / "tiny-sft-cpu")
     teacher = tmp_path / "tiny-sft-cpu" / "final"
