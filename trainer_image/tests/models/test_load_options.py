@@ -123,7 +123,7 @@ def test_engines_get_the_actors_revision_and_remote_code() -> None:
 @pytest.mark.parametrize(
     ("choice", "on_gpu", "expected"),
     [
-        (AttnImplementation.AUTO, False, "sdpa"),
+        (AttnImplementation.AUTO, False, "rlhf_cpu_auto"),
         (AttnImplementation.EAGER, False, "eager"),
         (AttnImplementation.SDPA, True, "sdpa"),
         (AttnImplementation.FLASH_ATTENTION_2, True, "flash_attention_2"),
@@ -145,11 +145,11 @@ def test_auto_packs_with_flex_attention_on_gpus_without_flash_attn(
 ) -> None:
     """sdpa computes a packed row's whole square (slower than padding on an H200); FlexAttention
     skips the blocks between sequences. FlashAttention-2 stays first where it is installed; CPUs
-    keep sdpa (FlexAttention compiles for minutes there)."""
+    take `models.attention` (FlexAttention compiles for minutes there)."""
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     auto = AttnImplementation.AUTO
     assert attention_kernel(auto, on_gpu=True, packed=True) == "flex_attention"
-    assert attention_kernel(auto, on_gpu=False, packed=True) == "sdpa"
+    assert attention_kernel(auto, on_gpu=False, packed=True) == "rlhf_cpu_auto"
     assert attention_kernel(AttnImplementation.SDPA, on_gpu=True, packed=True) == "sdpa"
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: object())
     assert attention_kernel(auto, on_gpu=True, packed=True) == "flash_attention_2"

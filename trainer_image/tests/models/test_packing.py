@@ -15,6 +15,7 @@ from rlhf_trainer.algos.masking import masked_mean
 from rlhf_trainer.config import AlgorithmConfig, AlgorithmName, AttnImplementation, JobConfig
 from rlhf_trainer.data.offline import KTOItem, PreferenceItem, SFTItem
 from rlhf_trainer.distributed.forward import action_log_probs, action_values
+from rlhf_trainer.models.attention import CPU_AUTO
 from rlhf_trainer.models.loading import LoadOptions, load_causal_lm, load_value_model
 from rlhf_trainer.models.packing import (
     PackingError,
@@ -37,7 +38,7 @@ from rlhf_trainer.objectives.offline import (
 )
 from rlhf_trainer.objectives.online import PolicyLossSettings, critic_objective, policy_objective
 
-KERNELS = [AttnImplementation.SDPA.value, AttnImplementation.EAGER.value]
+KERNELS = [AttnImplementation.SDPA.value, AttnImplementation.EAGER.value, CPU_AUTO]
 # float32 on CPU: packed and padded runs differ by summation order only.
 ATOL = 2e-5
 

@@ -28,6 +28,8 @@ from transformers import (
 from rlhf_trainer.config import AttnImplementation, ModelSource, TrainingConfig
 from rlhf_trainer.config.outcome import InvalidSpecError
 
+from .attention import CPU_AUTO
+from .attention import register as register_cpu_auto
 from .tiny import ModelKind, build_record, build_tiny_model
 from .value import ValueModel, init_value_head
 
@@ -67,6 +69,8 @@ class LoadOptions:
         out = self.tokenizer_kwargs()
         if self.attn_implementation is not None:
             out["attn_implementation"] = self.attn_implementation
+        if self.attn_implementation == CPU_AUTO:
+            register_cpu_auto()  # in the process that loads the model
         return out
 
 
@@ -80,8 +84,9 @@ def attention_kernel(choice: AttnImplementation, *, on_gpu: bool, packed: bool =
     (`bench/packing.py --size 1B --dtype bf16 --samples 64 --micro 16 --prompt 16:256
     --response 1:768 --device cuda`, 48 % padding): padded sdpa 0.931 s per update, packed sdpa
     1.009 s (8 % slower; one row per micro-batch, before rows were capped at the batch's width,
-    which is unmeasured on a GPU), packed flex 0.563 s (40 % saved). Elsewhere PyTorch's sdpa:
-    on CPUs FlexAttention compiles for minutes.
+    which is unmeasured on a GPU), packed flex 0.563 s (40 % saved). Elsewhere PyTorch's sdpa
+    (on CPUs FlexAttention compiles for minutes), and on CPUs eager attention for short rows
+    (`models.attention`: sdpa's CPU flash backward is slow at RL's ~100-token rows).
     """
     if choice is not AttnImplementation.AUTO:
         return choice.value
@@ -89,6 +94,8 @@ def attention_kernel(choice: AttnImplementation, *, on_gpu: bool, packed: bool =
         return AttnImplementation.FLASH_ATTENTION_2.value
     if on_gpu and packed:
         return AttnImplementation.FLEX_ATTENTION.value
+    if not on_gpu:
+        return register_cpu_auto()
     return AttnImplementation.SDPA.value
 
 
