@@ -311,8 +311,9 @@ def console_screenshot(gateway: Gateway, job_id: str, where: Path) -> Path:
             page.locator("figure.curve[data-metric='reward']").wait_for()
             caption = page.locator("figure.curve[data-metric='reward'] figcaption").text_content()
             assert caption is not None and "at step 4" in caption, caption
-            shown = page.locator("#checkpoints").text_content() or ""
-            assert re.search(r"checkpoints/step-0*4\b", shown), shown
+            # Cell by cell: the table's text runs the cells together ("...step-0000042reward").
+            cells = page.locator("#checkpoints td").all_text_contents()
+            assert any(re.search(r"checkpoints/step-0*4$", c.strip()) for c in cells), cells
             page.screenshot(path=str(shot), full_page=True)
         finally:
             browser.close()
