@@ -99,9 +99,9 @@ def test_every_pods_log_of_both_attempts_is_read_back_after_the_job_is_deleted(
     ]
     assert killed, cluster.diagnostics(namespace, OPERATOR_NAMESPACE)
 
-    def second_attempt_running() -> bool:
+    def second_attempt_running() -> bool | None:
         seen()
-        return len(pods.get(1, ())) >= 3  # head, worker, submitter
+        return True if len(pods.get(1, ())) >= 3 else None  # head, worker, submitter
 
     wait_for(second_attempt_running, timeout=TIMEOUT, interval=1, what="attempt 1's pods")
     found = wait_finished(cluster, namespace, name)
