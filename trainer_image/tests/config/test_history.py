@@ -7,6 +7,7 @@ import itertools
 import json
 
 from rlhf_trainer.config.history import MAX_POINTS, MetricsHistory
+from rlhf_trainer.objectives.online import MISMATCH_PREFIX, MISMATCH_STATS
 
 
 def test_a_short_run_keeps_every_step() -> None:
@@ -58,3 +59,15 @@ def test_values_are_rounded_to_six_significant_digits() -> None:
     history = MetricsHistory()
     history.add(1, {"reward": 0.123456789})
     assert history.to_json()["reward"] == [[1, 0.123457]]
+
+
+def test_the_rollout_correction_metrics_are_kept_for_the_console() -> None:
+    # What a step with algorithm.rolloutCorrection on reports (objectives.online).
+    correction = {f"{MISMATCH_PREFIX}{name}": 0.5 for name in MISMATCH_STATS}
+    assert "rollout/mismatch_kl" in correction
+    history = MetricsHistory()
+    for step in (1, 2):
+        history.add(step, {"reward": 1.0, **correction})
+    out = history.to_json()
+    assert set(correction) <= set(out)
+    assert out["rollout/mismatch_kl"] == [[1, 0.5], [2, 0.5]]

@@ -29,6 +29,14 @@ HISTORY_METRICS = (
     "accuracy",
     "eval/greedy_reward",
     "eval/mean_reward",
+    # algorithm.rolloutCorrection's: the engine/trainer gap and how much the correction cut
+    # (`objectives.online.MISMATCH_STATS`); only a run with the correction on reports them.
+    "rollout/mismatch_kl",
+    "rollout/rho_mean",
+    "rollout/rho_min",
+    "rollout/rho_max",
+    "rollout/masked_fraction",
+    "rollout/truncated_fraction",
 )
 MAX_POINTS = 200
 
