@@ -7,8 +7,8 @@ modes can never drift apart. manifests/base/rbac.yaml mirrors it (deploy_tests c
 # Exactly the requests the operator makes (deploy_tests/test_least_privilege.py records them
 # against the API emulator and compares), plus two grants it never uses as requests, marked.
 #
-# The RLHFJobs: kopf lists/watches them and patches metadata (its annotations); `get` confirms a
-# job still exists before anything is created on its behalf; `delete` is
+# The RLHFJobs: kopf lists/watches them (it keeps no annotations on them); `get` confirms a
+# job still exists when one of its children was deleted; `delete` is
 # runPolicy.ttlSecondsAfterFinished; `create` makes an RLHFPipeline's stage jobs, and `patch`
 # also sets their runPolicy.suspend when the pipeline is suspended or resumed. The status is
 # patched by the operator alone.

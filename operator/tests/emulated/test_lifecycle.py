@@ -50,15 +50,12 @@ async def test_create_makes_valid_owned_children(operator: Cluster) -> None:
     assert status["allocation"]["device"] == "cpu" and status["totalGpus"] == 0
     assert status["observedGeneration"] == 1
     assert c.conditions("dpo-tiny")["Valid"] == ("True", "SpecValid")
-    # kopf's bookkeeping lives in our annotations, never in status.
-    await c.until(
-        lambda: (
-            "rlhf.dev/last-handled-configuration"
-            in ((c.job("dpo-tiny") or {})["metadata"].get("annotations") or {})
-        ),
-        "kopf's diff-base annotation",
-    )
-    assert "finalizers" not in c.job("dpo-tiny")["metadata"]  # type: ignore[index]
+    # kopf keeps nothing on the job (no diff-base or progress annotations, no finalizer):
+    # the operator's handlers of RLHFJobs are event handlers, which need none.
+    await asyncio.sleep(0.5)
+    meta = c.job("dpo-tiny")["metadata"]  # type: ignore[index]
+    assert not [k for k in meta.get("annotations") or {} if k.startswith("rlhf.dev/")]
+    assert "finalizers" not in meta
 
 
 async def test_kuberay_states_drive_phases_conditions_and_events(operator: Cluster) -> None:
@@ -113,14 +110,9 @@ async def test_kuberay_states_drive_phases_conditions_and_events(operator: Clust
     assert status["trainer"]["progress"] == "5/20"
     assert c.conditions("ppo-a")["Complete"] == ("True", "JobSucceeded")
     await c.until(lambda: "Succeeded" in c.reasons("ppo-a"), "Succeeded event")
-    assert c.reasons("ppo-a") == [
-        "Created",
-        "Admitted",
-        "ClusterReady",
-        "Running",
-        "CheckpointSaved",
-        "Succeeded",
-    ]
+    # One Event per transition: the RayJob's creation is in Created (no Admitted beside it),
+    # the cluster being ready in Running.
+    assert c.reasons("ppo-a") == ["Created", "Running", "CheckpointSaved", "Succeeded"]
     # Finished and idle: nothing more is sent.
     mark = c.k8s.requests.mark()
     await asyncio.sleep(1.0)

@@ -447,13 +447,36 @@ def test_happy_path_events_and_stable_transition_times() -> None:
         Phase.SUCCEEDED,
     ]
     reasons = [[e.reason.value for e in d.events] for d in decisions]
-    assert reasons == [[], ["Admitted"], ["ClusterReady", "Running"], [], ["Succeeded"]]
+    # The RayJob's creation is the Created event's (the controller's, naming it), so its first
+    # Admitted=True is not announced again; ClusterReady=True comes with Running=True, whose
+    # event says it.
+    assert reasons == [[], [], ["Running"], [], ["Succeeded"]]
     # Nothing changed between the two Running observations: no status patch at all.
     previous = decisions[2].status.to_manifest()
     assert status_patch(previous, decisions[3].status) == {}
     running = {c.type: c for c in decisions[3].status.conditions}[ConditionType.RUNNING]
     assert running.last_transition_time == "2026-11-29T12:00:20Z"
     assert decisions[-1].status.completion_time is not None
+
+
+def test_admission_after_waiting_is_announced() -> None:
+    queued = {"placement": {"queueName": "research"}}
+    decisions = _walk(
+        [
+            [],
+            [ray_job(0, "Suspended", suspend=True)],
+            [ray_job(0, "Initializing", rayClusterName="c", suspend=False)],
+            [ray_job(0, "Running", "RUNNING", rayClusterName="c", suspend=False)],
+        ],
+        **queued,
+    )
+    events = [[(e.reason.value, e.message) for e in d.events] for d in decisions]
+    assert events == [
+        [],
+        [("WaitingForAdmission", "queued in research")],
+        [("Admitted", "RayJob ppo-7b-r0 created and admitted")],
+        [("Running", "attempt 0")],
+    ]
 
 
 def test_retry_then_backoff_limit() -> None:

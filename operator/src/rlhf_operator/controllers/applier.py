@@ -9,8 +9,6 @@ observes like anything else, so it shows on status (ChildrenApplied=False) and i
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import logging
 import time
 from collections.abc import Iterable
@@ -28,12 +26,6 @@ logger = logging.getLogger(__name__)
 
 Key = tuple[str, str]  # (namespace, job name)
 ChildKey = tuple[str, str, str]  # (namespace, kind, name)
-
-
-def _digest(child: Desired) -> str:
-    """What was applied, to know when a child must be applied again (in memory only)."""
-    text = json.dumps([child.obj, child.preserve], sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def of_job(child: ChildKey, key: Key) -> bool:
@@ -73,12 +65,13 @@ class Applier:
         self._refused: dict[ChildKey, Refusal] = {}
         self._backoff = Backoff(settings)
 
+    def applied(self, key: Key, child: Desired) -> bool:
+        """This very content of the child was applied (and it was not deleted since)."""
+        return self._applied.get((key[0], child.kind, child.name)) == child.digest
+
     def would_send(self, key: Key, desired: Iterable[Desired]) -> bool:
         """Some child differs from what was last applied (or was never applied)."""
-        return any(
-            self._applied.get((key[0], child.kind, child.name)) != _digest(child)
-            for child in desired
-        )
+        return not all(self.applied(key, child) for child in desired)
 
     async def apply_all(
         self, key: Key, desired: Iterable[Desired], *, probably_new: bool
@@ -100,7 +93,7 @@ class Applier:
 
     async def _apply_one(self, key: Key, child: Desired, probably_new: bool) -> _Step:
         child_key = (key[0], child.kind, child.name)
-        digest = _digest(child)
+        digest = child.digest
         if self._applied.get(child_key) == digest:
             return _Step()  # applied before with this content (a deleted RayJob is forgotten)
         refused = self._refused.get(child_key)

@@ -32,6 +32,7 @@ from ..kube.apply import Applied, Outcome
 from ..kube.client import ApiError, KubeApi
 from ..reconcile.decide import Decision, decide, status_patch
 from ..reconcile.events import Event
+from ..reconcile.observed import Observed
 from ..reconcile.parse import parse
 from ..settings import OperatorSettings
 from .applier import Applier
@@ -150,7 +151,7 @@ class Controller:
         observed = await self.reader.observe(key, parsed, self.applier.reported_failures(key))
         probably_new = not body.get("status") and not observed.ray_jobs
         decision = decide(parsed, observed, self.settings, self.clock())
-        if self.applier.would_send(key, decision.apply) and not await self._still_there(key, body):
+        if self.applier.would_send(key, decision.apply) and not self._still_there(key, body):
             return decision  # deleted (or replaced) meanwhile: act on nothing
         outcomes, failures = await self.applier.apply_all(
             key, decision.apply, probably_new=probably_new
@@ -178,9 +179,15 @@ class Controller:
             }
             await self.api.delete(ref)
             self.applier.forget_child(key[0], "RayJob", name)
-        if not stale:
+        # A new job's first RayJob is made (by this pass or one before) but not yet in the
+        # watch cache: the decision, taken without it, would write a status already out of
+        # date (Pending), and the RayJob's own watch event brings the pass that writes what it
+        # is: one status patch less per job. Only while the job has nothing on status, so
+        # nothing it should say is lost meanwhile.
+        deferred = not body.get("status") and self._ray_job_unseen(key, decision, observed)
+        if not stale and not deferred:
             await self._write_status(key, body, decision)
-        events = [] if stale else list(decision.events)
+        events = [] if stale or deferred else list(decision.events)
         events += _action_events(outcomes, decision.delete_ray_jobs)
         if decision.delete_self:
             events.append(
@@ -206,24 +213,28 @@ class Controller:
             self.schedule(key, min(waits))
         return decision
 
-    async def _still_there(self, key: Key, body: JSON) -> bool:
-        """Before anything is created or changed on a job's behalf: the job, this very one
-        (same UID), still exists. A pass may run on a body from before the job's deletion
-        (queued behind another pass, or handed over by a late event); its children would be
-        made again for a job that is gone, and stand in the way of a new job of that name.
-        One GET, only in passes that write children (creation, spec edits, retries)."""
-        ref = {
-            "apiVersion": body.get("apiVersion", "rlhf.dev/v1alpha1"),
-            "kind": "RLHFJob",
-            "metadata": {"name": key[1], "namespace": key[0]},
-        }
-        current = await self.api.get(ref)
-        if current is None:
-            return False
-        meta = current.get("metadata") or {}
-        return meta.get("uid") == (body.get("metadata") or {}).get("uid") and not meta.get(
-            "deletionTimestamp"
+    def _ray_job_unseen(self, key: Key, decision: Decision, observed: Observed) -> bool:
+        """The decision's RayJob is applied (the applier remembers it; a deleted one is
+        forgotten) and its watch event has not come yet."""
+        seen = {o.name for o in observed.ray_jobs}
+        return any(
+            child.kind == "RayJob" and child.name not in seen and self.applier.applied(key, child)
+            for child in decision.apply
         )
+
+    def _still_there(self, key: Key, body: JSON) -> bool:
+        """Before anything is created or changed on a job's behalf: the job, this very one
+        (same UID), is still the live one in the watch cache. A pass may run on a body from
+        before the job's deletion (queued behind another pass, or handed over by a late
+        event); its children would be made again for a job that is gone, and stand in the way
+        of a new job of that name. The watch cache costs no request; a deletion it has not
+        seen yet leaves children whose owner reference names a UID that no longer exists,
+        which the garbage collector removes (as it would if a GET had answered just before
+        the deletion)."""
+        live = self.job_body(key)
+        return live is not None and (live.get("metadata") or {}).get("uid") == (
+            body.get("metadata") or {}
+        ).get("uid")
 
     async def _write_status(self, key: Key, body: JSON, decision: Decision) -> None:
         patch = status_patch(body.get("status"), decision.status)
@@ -254,6 +265,17 @@ class Controller:
             return True
         remembered = self._decided.get(key)
         return remembered is not None and remembered == _fingerprint(body, body.get("status"))
+
+    def trigger_of(self, event_type: str | None, body: Mapping[str, Any]) -> str:
+        """What a job event is, for the metrics: a new job (`create`: added, or found by
+        kopf's first listing with nothing on its status yet), one there when the operator
+        started (`resume`), a spec edit (`update`: a generation the last pass did not see),
+        anything else (`job-event`)."""
+        if event_type in {None, "ADDED"}:
+            return "create" if event_type == "ADDED" or not body.get("status") else "resume"
+        decided = self._decided.get(job_key(body))
+        generation = (body.get("metadata") or {}).get("generation")
+        return "update" if decided is not None and decided[1] != generation else "job-event"
 
     def _freshest(self, key: Key, body: Mapping[str, Any]) -> JSON:
         """The newer of the body we were handed and the one our last status patch returned:

@@ -1,13 +1,19 @@
 """kopf handlers: thin adapters from kopf's triggers to `Controller.reconcile`.
 
-Level-based: whatever happened (an RLHFJob created, edited, resumed after an operator restart,
-any change to it, to one of its RayJobs, to its trainer's report or to one of its pods), the
-same pass runs for that job. Four kopf indexes are the watch caches: RLHFJobs by (namespace,
-name), RayJobs, report ConfigMaps and pods by (namespace, rlhf.dev/job); kopf fills them before
-any handler runs, so a restarted operator sees every child it made before it decides anything.
+Level-based: whatever happened (an RLHFJob created, edited, found at an operator's start, any
+change to it, to one of its RayJobs, to its trainer's report or to one of its pods), the same
+pass runs for that job. Four kopf indexes are the watch caches: RLHFJobs by (namespace, name),
+RayJobs, report ConfigMaps and pods by (namespace, rlhf.dev/job); kopf fills them before any
+handler runs, so a restarted operator sees every child it made before it decides anything.
 The API server filters the RayJob, ConfigMap and pod watches by label
 (handlers/kopf_settings.py): the operator never receives the namespace's other objects. Pods
 are indexed as what the start-up diagnosis reads of them (attempt, phase, troubles), not whole.
+
+RLHFJobs have event handlers only, no `on.create`/`on.update`/`on.resume`: those make kopf keep
+a diff-base of each job in an annotation, one PATCH per job and spec change (and their handler
+runs again on each event until that patch is seen), for a change detection the pass does
+itself (`Controller.nothing_new`: the job's UID, generation and status as its last pass left
+them). The event's type names the trigger in the metrics (`Controller.trigger_of`).
 """
 
 from __future__ import annotations
@@ -99,21 +105,9 @@ def register(
         observation = PodObservation.from_object(body)
         return {(namespace, labels[JOB_LABEL]): (str(labels.get(ATTEMPT_LABEL, "")), observation)}
 
-    @kopf.on.resume(GROUP, VERSION, PLURAL, registry=registry)
-    async def resumed(body: kopf.Body, **_: Any) -> None:
-        await _changed(controller, body, "resume")
-
-    @kopf.on.create(GROUP, VERSION, PLURAL, registry=registry)
-    async def created(body: kopf.Body, **_: Any) -> None:
-        await _changed(controller, body, "create")
-
-    @kopf.on.update(GROUP, VERSION, PLURAL, field="spec", registry=registry)
-    async def updated(body: kopf.Body, **_: Any) -> None:
-        await _changed(controller, body, "update")
-
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
     async def job_event(
-        type: str, body: kopf.Body, namespace: str | None, name: str, **_: Any
+        type: str | None, body: kopf.Body, namespace: str | None, name: str, **_: Any
     ) -> None:
         # Jobs waiting for this one's model look again (their pass reads its status).
         controller.wake_consumers((namespace or "", name))
@@ -123,8 +117,8 @@ def register(
                 controller.forget((namespace or "", name))
             return
         if controller.nothing_new(body):
-            return  # our own status patch (or kopf's bookkeeping) coming back
-        await _quietly(controller, body, "job-event")
+            return  # our own status patch coming back
+        await _quietly(controller, body, controller.trigger_of(type, body))
 
     @kopf.on.event("ray.io", "v1", "rayjobs", labels={JOB_LABEL: kopf.PRESENT}, registry=registry)
     async def ray_job_event(
@@ -167,15 +161,6 @@ async def _child_event(
     owner = controller.job_body(key)
     if owner is not None:
         await _quietly(controller, owner, f"{trigger}-event")
-
-
-async def _changed(controller: Controller, body: kopf.Body, trigger: str) -> None:
-    """A change handler's pass. kopf retries nothing of ours (the controller's timer does,
-    after its backoff); an invalid spec is a PermanentError for kopf's own bookkeeping (the
-    reason is on status and in an Event already)."""
-    decision = await _quietly(controller, body, trigger)
-    if decision is not None and decision.invalid is not None:
-        raise kopf.PermanentError(decision.invalid)
 
 
 async def _quietly(controller: Controller, body: Any, trigger: str) -> Decision | None:

@@ -7,7 +7,10 @@ type (the dependency runs handlers -> {reconcile, kube} -> builders, never kube 
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
+from functools import cached_property
 
 from ..builders.common import JSON
 
@@ -32,3 +35,10 @@ class Desired:
     @property
     def name(self) -> str:
         return str(self.obj["metadata"]["name"])
+
+    @cached_property
+    def digest(self) -> str:
+        """What is applied, to know when a child must be applied again (kept in memory by
+        the applier). Computed once per pass: the object is large (a RayJob's pod templates)."""
+        text = json.dumps([self.obj, self.preserve], sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()

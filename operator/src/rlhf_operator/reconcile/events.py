@@ -83,6 +83,23 @@ _RECOVERIES = {
 }
 
 
+# Changes another event of the same transition already says, or an action event does:
+# - Admitted=True on its first appearance is the RayJob's creation, which the `Created` event
+#   names (it is news when it follows Admitted=False: admitted by Kueue, a dependency found);
+# - ClusterReady=True beside Running=True: the `Running` event says the cluster is up.
+def _said_otherwise(
+    condition: Condition, old: Condition | None, current: dict[ConditionType, Condition]
+) -> bool:
+    if condition.status is not _T:
+        return False
+    if condition.type is _C.ADMITTED:
+        return old is None
+    if condition.type is _C.CLUSTER_READY:
+        running = current.get(_C.RUNNING)
+        return running is not None and running.status is _T
+    return False
+
+
 def _announcement(condition: Condition) -> Event | None:
     kinds = _ANNOUNCED.get((condition.type, condition.status)) or {}
     kind = kinds.get(condition.reason) or kinds.get(None)
@@ -101,6 +118,7 @@ def _announcement(condition: Condition) -> Event | None:
 def transition_events(previous: RLHFJobStatus | None, current: RLHFJobStatus) -> list[Event]:
     """Events for the conditions that changed from `previous` to `current`."""
     before = {c.type: c for c in (previous.conditions if previous else [])}
+    now = {c.type: c for c in current.conditions}
     events: list[Event] = []
     for condition in current.conditions:
         old = before.get(condition.type)
@@ -112,6 +130,8 @@ def transition_events(previous: RLHFJobStatus | None, current: RLHFJobStatus) ->
         if recovery is not None and condition.status is _T:
             if old is not None and old.status is _F:
                 events.append(Event(_N, *recovery))
+            continue
+        if _said_otherwise(condition, old, now):
             continue
         announced = _announcement(condition)
         if announced is not None:
