@@ -83,7 +83,8 @@ def hf_greedy(
 
 @pytest.fixture
 def cluster_factory(tmp_path: Path) -> Iterator[Any]:
-    from rlhf_trainer.distributed.cluster import ModelDirs, TrainingCluster, shutdown_ray
+    from rlhf_trainer.distributed.cluster import ModelDirs, TrainingCluster
+    from rlhf_trainer.distributed.ray_session import shutdown_ray
 
     made: list[Any] = []
 

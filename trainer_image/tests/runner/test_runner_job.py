@@ -17,7 +17,7 @@ from rlhf_trainer.config import JobConfig
 from rlhf_trainer.config.outcome import ExitCode
 from rlhf_trainer.context.job import JobError, RunContext, RunDirs, run_dirs, total_steps
 from rlhf_trainer.context.preemption import StopOnSignal
-from rlhf_trainer.distributed.cluster import _keep_sigterm_handler
+from rlhf_trainer.distributed.ray_session import _keep_sigterm_handler
 
 
 def job(algorithm: str = "sft", **sections: dict[str, Any]) -> JobConfig:

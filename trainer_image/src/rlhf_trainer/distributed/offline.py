@@ -21,9 +21,9 @@ from torch import Tensor
 
 from rlhf_trainer.config import Device, JobConfig
 
-from .cluster import CPUS_PER_RANK, place_groups, start_ray
 from .groups import Pending, RoleGroup, split_rows
 from .plan import ACTOR, REFERENCE, TEACHER, plan_placement
+from .ray_session import CPUS_PER_RANK, place_groups, start_ray
 from .workers.base import WorkerSettings
 from .workers.offline import OfflineTrainRank
 from .workers.offline_frozen import (

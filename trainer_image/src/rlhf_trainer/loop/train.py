@@ -57,7 +57,8 @@ def train_rollouts(
     the run's optimiser steps (the LR schedule's length) for its number of steps."""
     from rlhf_trainer.data.pretrain import PretrainBatches, load_pretrain
     from rlhf_trainer.data.prompts import load_prompts
-    from rlhf_trainer.distributed.cluster import ModelDirs, shutdown_ray
+    from rlhf_trainer.distributed.cluster import ModelDirs
+    from rlhf_trainer.distributed.ray_session import shutdown_ray
     from rlhf_trainer.models.loading import (
         LoadOptions,
         load_tokenizer,

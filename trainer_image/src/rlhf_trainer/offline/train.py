@@ -44,8 +44,8 @@ def load_dataset(spec: OfflineSpec, cfg: JobConfig, tokenizer: Any, base_dir: Pa
 def train_offline(ctx: RunContext) -> RunResult:
     import torch
 
-    from rlhf_trainer.distributed.cluster import shutdown_ray
     from rlhf_trainer.distributed.offline import FrozenDirs, OfflineCluster
+    from rlhf_trainer.distributed.ray_session import shutdown_ray
     from rlhf_trainer.models.loading import (
         LoadOptions,
         load_tokenizer,
