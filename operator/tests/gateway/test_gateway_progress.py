@@ -53,6 +53,8 @@ async def test_a_tenant_follows_its_job_to_a_fine_tuned_model(running: Service) 
     )
     cluster = Cluster(running.emulator, "team-a")
     await cluster.until(lambda: cluster.ray_jobs(job.id), "RayJob created")
+    # The job's first status follows its RayJob's watch event (one patch, not a stale Pending).
+    await cluster.until(lambda: cluster.status(job.id).get("phase"), "the job's first status")
     # What the trainer will read: the tenant's grader as the reward, its rows as they are.
     config = yaml.safe_load(
         running.emulator.get("configmaps", f"{job.id}-config", "team-a")["data"]["job.yaml"]

@@ -23,7 +23,7 @@ from rlhf_operator.render import PLACEHOLDER_UID, render_file, to_yaml
 from rlhf_operator.settings import OperatorSettings
 from support.examples import example_files, local_only_examples
 
-from .factories import make_job
+from .factories import job_body, make_job
 from .kuberay import rayjob_errors
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -308,3 +308,16 @@ def test_job_yaml_is_rendered_once_per_config_and_matches_pyyaml(
     configmap.render_job_yaml(make_job(name="third-job"))
     assert len(configmap._RENDERED) == 2  # bounded: the least recently used went
     assert configmap.render_job_yaml(first) == text and len(dumps) == 4
+
+
+def test_the_pods_job_config_keeps_an_explicit_null_over_a_default() -> None:
+    """The CRD keeps `rewardClip: null` (nullable); the pod's job.yaml must too, or the
+    trainer would clip at the default 10 although the spec turned clipping off."""
+    from rlhf_operator.builders import configmap
+
+    body = job_body()
+    body["spec"]["algorithm"]["rewardClip"] = None  # as the API server stores it
+    job = RLHFJob.model_validate(body)
+    rendered = yaml.safe_load(configmap.render_job_yaml(job))
+    assert rendered["algorithm"]["rewardClip"] is None
+    assert "rewardClip" in make_job().spec.to_manifest()["algorithm"]  # the default, 10

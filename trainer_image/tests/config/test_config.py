@@ -60,6 +60,33 @@ def test_camel_case_on_the_wire_and_snake_case_in_python() -> None:
     assert JobConfig.model_validate(dumped) == cfg
 
 
+def test_an_explicit_null_over_a_default_survives_the_round_trips() -> None:
+    """`rewardClip: null` (no clipping) is not the default 10 again after to_manifest (what the
+    operator writes into the pod's job.yaml, what pipelines edit) or `rlhf run`'s overrides;
+    a None that is the default stays omitted."""
+    doc = minimal(
+        algorithm={"rewardClip": None, "valueClip": None},
+        runPolicy={"guardrails": {"maxKl": None}},
+    )
+    cfg = JobConfig.model_validate(doc)
+    assert cfg.algorithm.reward_clip is None and cfg.algorithm.value_clip is None
+    dumped = cfg.to_manifest()
+    assert dumped["algorithm"]["rewardClip"] is None and dumped["algorithm"]["valueClip"] is None
+    assert dumped["runPolicy"]["guardrails"]["maxKl"] is None
+    assert "overlongBuffer" not in dumped["algorithm"]  # None by default: omitted
+    assert JobConfig.model_validate(dumped) == cfg
+    overridden = cfg.with_overrides(resume=None, max_steps=3)
+    assert overridden.training.max_steps == 3
+    assert overridden.algorithm.reward_clip is None and overridden.algorithm.value_clip is None
+    assert overridden.run_policy.guardrails.max_kl is None
+    assert (
+        JobConfig.model_validate(minimal())
+        .with_overrides(resume=None, max_steps=None)
+        .algorithm.reward_clip
+        == 10.0
+    )
+
+
 @pytest.mark.parametrize(
     ("sections", "field"),
     [

@@ -18,6 +18,7 @@ from typing import Any, Self
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 from pydantic.config import ExtraValues
+from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 
 
@@ -65,8 +66,43 @@ class ConfigModel(ManifestModel):
     )
 
     def to_manifest(self) -> dict[str, Any]:
-        """The camelCase dict a manifest would hold (defaults included, None omitted)."""
-        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+        """The camelCase dict a manifest would hold: defaults included, None omitted where
+        None is the default. An explicit null over another default (`rewardClip: null`: no
+        clipping) is kept: without it, reading the dict again would bring the default back."""
+        return keep_explicit_nulls(
+            self, self.model_dump(mode="json", by_alias=True, exclude_none=True)
+        )
+
+    def to_document(self) -> dict[str, Any]:
+        """`to_manifest` with Python values (enums, not their strings): to edit, then validate."""
+        return keep_explicit_nulls(self, self.model_dump(by_alias=True, exclude_none=True))
+
+
+def _none_is_default(field: FieldInfo) -> bool:
+    return field.default is None and field.default_factory is None
+
+
+def keep_explicit_nulls(model: BaseModel, doc: dict[str, Any]) -> dict[str, Any]:
+    """Put back into `doc` (`model` dumped by alias with exclude_none) the None values that
+    `exclude_none` dropped although None is not the field's default; returns `doc`."""
+    for name, field in type(model).model_fields.items():
+        key = field.serialization_alias or field.alias or name
+        value = getattr(model, name)
+        if value is None:
+            if not _none_is_default(field) and not field.exclude:
+                doc[key] = None
+        elif isinstance(value, BaseModel) and isinstance(doc.get(key), dict):
+            keep_explicit_nulls(value, doc[key])
+        elif isinstance(value, list | tuple) and isinstance(doc.get(key), list):
+            for item, dumped in zip(value, doc[key], strict=False):
+                if isinstance(item, BaseModel) and isinstance(dumped, dict):
+                    keep_explicit_nulls(item, dumped)
+        elif isinstance(value, dict) and isinstance(doc.get(key), dict):
+            for item_key, item in value.items():
+                dumped = doc[key].get(str(getattr(item_key, "value", item_key)))
+                if isinstance(item, BaseModel) and isinstance(dumped, dict):
+                    keep_explicit_nulls(item, dumped)
+    return doc
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,7 @@ class JobConfig(ConfigModel):
 
     def with_overrides(self, *, resume: str | None, max_steps: int | None) -> JobConfig:
         """This job with `rlhf run --resume/--max-steps` applied (validated again)."""
-        doc = self.model_dump(by_alias=True, exclude_none=True)
+        doc = self.to_document()
         if resume is not None:
             doc["checkpoint"]["resume"] = ResumePolicy(resume)
             if resume == ResumePolicy.NEVER:  # "start fresh" outranks a named checkpoint
