@@ -87,6 +87,12 @@ class OperatorSettings:
     # events, kopf's default). A bound keeps a burst of thousands of new jobs from holding
     # thousands of passes in memory at once; see docs/scale.md.
     worker_limit: int | None = None
+    # Reconcile passes in progress at once (the others wait their turn, first come first
+    # served, before parsing anything): a pass holds its parsed job and rendered children
+    # until its requests return, so a burst of thousands of new jobs would otherwise hold
+    # thousands of them; the CPU is the bound either way, so the burst takes no longer,
+    # and each job is done sooner (its pass is not interleaved with all the others').
+    pass_limit: int = 32
     # The operator's own requests (children, status, events; not kopf's watches): at most
     # client_qps a second on average, client_burst at once. 0: no client-side limit.
     client_qps: float = 0.0
@@ -155,6 +161,7 @@ class OperatorSettings:
                 get, "WATCH_CLIENT_TIMEOUT", defaults.watch_client_timeout
             ),
             worker_limit=_count(get, "WORKER_LIMIT"),
+            pass_limit=_count(get, "PASS_LIMIT") or defaults.pass_limit,
             client_qps=_rate(get, "CLIENT_QPS"),
             client_burst=_count(get, "CLIENT_BURST") or 0,
             policy=PlatformPolicy(

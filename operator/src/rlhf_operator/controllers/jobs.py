@@ -71,12 +71,16 @@ class Controller:
         self.applier = Applier(api, settings, metrics)
         self.reader = Reader(api, settings)
         self._locks: defaultdict[Key, asyncio.Lock] = defaultdict(asyncio.Lock)
+        # Passes at work at once (settings.pass_limit), taken after the job's own lock.
+        self._passes = asyncio.Semaphore(settings.pass_limit)
         # Passes in a row that failed (a request other than applying a child, or a bug).
         self.backoff = Backoff(settings)
         self._latest: dict[Key, JSON] = {}
         # Per job: (UID, generation, digest of the status) as its last pass left it.
         self._decided: dict[Key, tuple[str, Any, bytes]] = {}
-        self._timers = Requeue(self._requeue)
+        self._timers = Requeue(self._requeue, coalesce=True)
+        # The trigger of each pass asked for and not started yet (for the metrics).
+        self._triggers: dict[Key, str] = {}
 
     def bind(
         self,
@@ -116,24 +120,47 @@ class Controller:
 
     # --- the pass -------------------------------------------------------------------------
 
+    def enqueue(self, key: Key, trigger: str) -> None:
+        """A pass for `key` soon, in a task of its own: the kopf handler that asks returns at
+        once, and its worker lets go of the watch event it holds (a whole RayJob, pod
+        templates and all: thousands of them at once in a burst, waiting their turn, were
+        most of the operator's memory). Events that come before the pass starts share it."""
+        self._triggers.setdefault(key, trigger)
+        self.schedule(key, 0.0)
+
     async def reconcile(self, body: Mapping[str, Any], *, trigger: str) -> Decision | None:
-        """One pass for this job. Whatever fails is tried again by the timer, after the one
-        retry policy's backoff (`retry_later`); nothing is left to kopf's retries."""
+        """One pass for this job, on `body` (or the newer one our last status patch
+        returned). Whatever fails is tried again by the timer, after the one retry policy's
+        backoff (`retry_later`); nothing is left to kopf's retries."""
         key = job_key(body)
         if (body.get("metadata") or {}).get("deletionTimestamp"):
             return None  # being deleted: garbage collection takes the children
+        async with self._locks[key], self._passes:
+            return await self._reconcile(key, self._freshest(key, body), trigger)
+
+    async def _reconcile_queued(self, key: Key) -> None:
+        """The pass `enqueue` or a timer asked for, on the job as the watch cache has it when
+        the pass starts."""
+        async with self._locks[key], self._passes:
+            self._timers.started(key)
+            trigger = self._triggers.pop(key, "timer")
+            body = self.job_body(key)
+            if body is None:
+                self.forget(key)  # gone, or being deleted
+                return
+            await self._reconcile(key, self._freshest(key, body), trigger)
+
+    async def _reconcile(self, key: Key, body: JSON, trigger: str) -> Decision | None:
         started = time.monotonic()
-        async with self._locks[key]:
-            body = self._freshest(key, body)
-            try:
-                decision = await self._pass(key, body)
-            except ApiError as err:
-                self.metrics.reconcile_errors.labels(trigger, f"http-{err.status}").inc()
-                logger.warning("reconcile %s/%s (%s): %s", *key, trigger, err)
-                self.retry_later(key)
-                return None
-            finally:
-                self.metrics.reconcile_seconds.labels(trigger).observe(time.monotonic() - started)
+        try:
+            decision = await self._pass(key, body)
+        except ApiError as err:
+            self.metrics.reconcile_errors.labels(trigger, f"http-{err.status}").inc()
+            logger.warning("reconcile %s/%s (%s): %s", *key, trigger, err)
+            self.retry_later(key)
+            return None
+        finally:
+            self.metrics.reconcile_seconds.labels(trigger).observe(time.monotonic() - started)
         self.backoff.succeeded(key)
         if decision.invalid is not None:
             self.metrics.reconcile_errors.labels(trigger, "invalid-spec").inc()
@@ -253,16 +280,16 @@ class Controller:
         of kopf's bookkeeping), or older than what our last status patch returned (watch
         events come in order: the newer version's own event follows). What the pass reads
         besides the job (children, pods, report, the jobs it takes a model from) comes with
-        its own events."""
+        its own events. Forgets the body our patch returned once the watch brought it."""
         key = job_key(body)
         latest = self._latest.get(key)
         uid = (body.get("metadata") or {}).get("uid")
-        if (
-            latest is not None
-            and latest["metadata"].get("uid") == uid
-            and 0 <= _resource_version(body) < _resource_version(latest)
-        ):
-            return True
+        if latest is not None and latest["metadata"].get("uid") == uid:
+            if 0 <= _resource_version(body) < _resource_version(latest):
+                return True
+            # The watch caught up with our patch: the index holds the job as new as it (a
+            # whole RLHFJob a job is not kept twice).
+            del self._latest[key]
         remembered = self._decided.get(key)
         return remembered is not None and remembered == _fingerprint(body, body.get("status"))
 
@@ -299,18 +326,15 @@ class Controller:
     # --- timers ---------------------------------------------------------------------------
 
     def schedule(self, key: Key, delay: float) -> None:
-        """Reconcile `key` again after `delay` seconds (replaces an earlier timer)."""
+        """Reconcile `key` again after `delay` seconds (unless a timer is due sooner)."""
         self._timers.schedule(key, delay)
 
     async def _requeue(self, key: Key) -> None:
-        body = self.job_body(key)
-        if body is None:
-            self.forget(key)
-            return
         try:
-            await self.reconcile(body, trigger="timer")
+            await self._reconcile_queued(key)
         except Exception:  # a timer has nobody to report to but the log
-            logger.exception("reconcile %s/%s (timer) failed", *key)
+            logger.exception("reconcile %s/%s failed", *key)
+            self.metrics.reconcile_errors.labels("timer", "exception").inc()
             self.retry_later(key)
 
     def wake_consumers(self, key: Key) -> None:
@@ -348,6 +372,7 @@ class Controller:
     def forget(self, key: Key) -> None:
         """Drop what is remembered about a deleted job."""
         self._timers.cancel(key)
+        self._triggers.pop(key, None)
         self._latest.pop(key, None)
         self._decided.pop(key, None)
         self.backoff.succeeded(key)

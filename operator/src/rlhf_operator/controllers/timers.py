@@ -5,6 +5,7 @@ for whatever failed (`Backoff`). kopf itself retries nothing of ours."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -12,27 +13,53 @@ from ..settings import OperatorSettings
 
 
 class Requeue:
-    def __init__(self, run: Callable[[Any], Coroutine[Any, Any, None]]) -> None:
+    """A timer per key. A request never postpones a timer due sooner (a level-based pass
+    that comes early is harmless, one that never comes is not). With `coalesce`, a timer
+    that fires while the key's earlier pass waits to start adds no pass of its own: that
+    one, not started yet, will see what this one would (its owner calls `started` once it
+    reads what it acts on; events after that get a pass of their own)."""
+
+    def __init__(
+        self, run: Callable[[Any], Coroutine[Any, Any, None]], *, coalesce: bool = False
+    ) -> None:
         self._run = run
+        self._coalesce = coalesce
         self._timers: dict[Any, asyncio.TimerHandle] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._waiting: set[Any] = set()  # keys whose pass is queued, not started
 
     def schedule(self, key: Any, delay: float) -> None:
-        """Run `key` again after `delay` seconds (replaces an earlier timer)."""
-        self.cancel(key)
+        """Run `key` after `delay` seconds, unless its timer is due sooner."""
         loop = asyncio.get_running_loop()
-        self._timers[key] = loop.call_later(max(0.0, delay), self._fire, key)
+        when = loop.time() + max(0.0, delay)
+        timer = self._timers.get(key)
+        if timer is not None and timer.when() <= when:
+            return
+        self.cancel(key)
+        self._timers[key] = loop.call_at(
+            when, self._fire, key, context=_without_cause(contextvars.copy_context())
+        )
 
     def cancel(self, key: Any) -> None:
         timer = self._timers.pop(key, None)
         if timer is not None:
             timer.cancel()
 
+    def started(self, key: Any) -> None:
+        """The key's queued pass has started: a new event needs a pass of its own."""
+        self._waiting.discard(key)
+
     def _fire(self, key: Any) -> None:
         self._timers.pop(key, None)
+        if self._coalesce:
+            if key in self._waiting:
+                return
+            self._waiting.add(key)
         task = asyncio.get_running_loop().create_task(self._run(key))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        if self._coalesce:  # also when the pass ended before it started (a bug, a deletion)
+            task.add_done_callback(lambda _: self._waiting.discard(key))
 
     async def close(self) -> None:
         for timer in self._timers.values():
@@ -41,6 +68,25 @@ class Requeue:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+# kopf runs each handler with the cause in a context variable: the object's body and the raw
+# watch event behind it (a whole RayJob, pod templates and all, when a RayJob event ran the
+# pass). A timer keeps the context it was made in until it fires (hours for a deadline or a
+# TTL): ~60 KB a job, for a value the timer's pass never reads.
+_CAUSE_VARS = frozenset({"cause_var"})
+
+
+def _without_cause(context: contextvars.Context) -> contextvars.Context:
+    """`context` without kopf's handler cause; what a pass needs of it (kopf's event queue,
+    its settings) stays."""
+    if not any(var.name in _CAUSE_VARS for var in context):
+        return context
+    clean = contextvars.Context()
+    for var, value in context.items():
+        if var.name not in _CAUSE_VARS:
+            clean.run(var.set, value)
+    return clean
 
 
 class Backoff:

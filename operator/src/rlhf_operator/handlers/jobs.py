@@ -1,13 +1,16 @@
-"""kopf handlers: thin adapters from kopf's triggers to `Controller.reconcile`.
+"""kopf handlers: thin adapters from kopf's triggers to the `Controller`'s passes.
 
 Level-based: whatever happened (an RLHFJob created, edited, found at an operator's start, any
 change to it, to one of its RayJobs, to its trainer's report or to one of its pods), the same
-pass runs for that job. Four kopf indexes are the watch caches: RLHFJobs by (namespace, name),
-RayJobs, report ConfigMaps and pods by (namespace, rlhf.dev/job); kopf fills them before any
-handler runs, so a restarted operator sees every child it made before it decides anything.
-The API server filters the RayJob, ConfigMap and pod watches by label
-(handlers/kopf_settings.py): the operator never receives the namespace's other objects. Pods
-are indexed as what the start-up diagnosis reads of them (attempt, phase, troubles), not whole.
+pass runs for that job, queued as a task of its own (`Controller.enqueue`): a handler returns
+at once, and events that come before the pass starts share it. Four kopf indexes are the
+watch caches: RLHFJobs by (namespace, name), RayJobs, report ConfigMaps and pods by
+(namespace, rlhf.dev/job); kopf fills them before any handler runs, so a restarted operator
+sees every child it made before it decides anything. The API server filters the RayJob,
+ConfigMap and pod watches by label (handlers/kopf_settings.py): the operator never receives
+the namespace's other objects. Pods are indexed as what the start-up diagnosis reads of them
+(attempt, phase, troubles), not whole, and RLHFJobs with their spec and status packed
+(controllers/stored.py).
 
 RLHFJobs have event handlers only, no `on.create`/`on.update`/`on.resume`: those make kopf keep
 a diff-base of each job in an annotation, one PATCH per job and spec change (and their handler
@@ -28,9 +31,9 @@ from ..api.v1alpha1 import GROUP, PLURAL, VERSION
 from ..builders.common import ATTEMPT_LABEL, COMPONENT_LABEL, JOB_LABEL
 from ..builders.report import REPORT_COMPONENT
 from ..controllers.jobs import Controller
-from ..controllers.reader import job_key, ray_job_summary, without_bookkeeping
+from ..controllers.reader import ray_job_summary, without_bookkeeping
+from ..controllers.stored import StoredJob
 from ..kube.client import login as connection_info
-from ..reconcile.decide import Decision
 from ..reconcile.inputs import named_jobs
 from ..reconcile.observed import PodObservation
 from ..settings import OperatorSettings
@@ -73,7 +76,7 @@ def register(
 
     @kopf.index(GROUP, VERSION, PLURAL, id=JOBS_INDEX, registry=registry)
     def index_job(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
-        return {(namespace, name): without_bookkeeping(body)}
+        return {(namespace, name): StoredJob(body)}
 
     @kopf.index(GROUP, VERSION, PLURAL, id=CONSUMERS_INDEX, registry=registry)
     def index_consumer(
@@ -118,7 +121,7 @@ def register(
             return
         if controller.nothing_new(body):
             return  # our own status patch coming back
-        await _quietly(controller, body, controller.trigger_of(type, body))
+        controller.enqueue((namespace or "", name), controller.trigger_of(type, body))
 
     @kopf.on.event("ray.io", "v1", "rayjobs", labels={JOB_LABEL: kopf.PRESENT}, registry=registry)
     async def ray_job_event(
@@ -130,9 +133,10 @@ def register(
     async def pod_event(namespace: str | None, labels: kopf.Labels, **_: Any) -> None:
         # A pod of the job came, changed or went: the start-up diagnosis reads the index (a
         # pass makes no request unless what it decides changed).
-        owner = controller.job_body((namespace or "", labels[JOB_LABEL]))
+        key = (namespace or "", labels[JOB_LABEL])
+        owner = controller.job_body(key)
         if owner is not None and controller.pods_matter(owner):
-            await _quietly(controller, owner, "pod-event")
+            controller.enqueue(key, "pod-event")
 
     @kopf.on.event("", "v1", "configmaps", labels=REPORT_LABELS, registry=registry)
     async def report_event(
@@ -158,21 +162,8 @@ async def _child_event(
         controller.child_deleted(key[0], kind, name)
         await _quietly_after_deletion(controller, key, f"{trigger}-deleted")
         return
-    owner = controller.job_body(key)
-    if owner is not None:
-        await _quietly(controller, owner, f"{trigger}-event")
-
-
-async def _quietly(controller: Controller, body: Any, trigger: str) -> Decision | None:
-    """A failure is logged, and the timer looks again after the backoff."""
-    try:
-        return await controller.reconcile(body, trigger=trigger)
-    except Exception:
-        key = job_key(body)
-        logger.exception("reconcile %s/%s (%s) failed", *key, trigger)
-        controller.metrics.reconcile_errors.labels(trigger, "exception").inc()
-        controller.retry_later(key)
-        return None
+    if controller.job_body(key) is not None:
+        controller.enqueue(key, f"{trigger}-event")
 
 
 async def _quietly_after_deletion(controller: Controller, key: Any, trigger: str) -> None:
