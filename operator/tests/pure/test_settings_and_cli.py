@@ -3,6 +3,8 @@ and the `rlhf-operator render` command."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import kopf
@@ -172,3 +174,17 @@ def test_retry_cap_from_the_environment() -> None:
     settings = OperatorSettings.from_env({"RLHF_OPERATOR_RETRY_MAX_SECONDS": "60"})
     assert settings.retry_max_seconds == 60.0
     assert settings.retry_delay(10) == 60.0
+
+
+def test_the_operator_process_loads_no_kubernetes_client_library() -> None:
+    """kopf imports the `kubernetes` clients when installed (the gateway's dependency), for
+    helpers the operator does not use: ~85 MB of RSS. `rlhf-operator run` keeps them out,
+    and the operator (kopf included) starts without them."""
+    code = (
+        "import sys; from rlhf_operator import cli; cli._without_unused_clients(); "
+        "import kopf, rlhf_operator.handlers.start; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in cli.UNUSED_CLIENTS "
+        "and sys.modules[m] is not None))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
