@@ -30,10 +30,11 @@ from rlhf_trainer.checkpoint import CheckpointManager
 from rlhf_trainer.config.outcome import ExitCode
 
 STEPS, STOP_IN = 6, 4
-SLOW_STEP = f"""import os, pathlib, time
-    marker = os.environ.get("TEST_SCORING_MARKER")
-    if marker and CALLS[0] == {STOP_IN}:
-        pathlib.Path(marker).touch()
+# The reward function runs confined, with an allowlisted environment: the stopped run arms it
+# by a file, not by a variable, which the worker would never see.
+SLOW_STEP = """import pathlib, time
+    if pathlib.Path({armed!r}).exists() and CALLS[0] == {stop_in}:
+        pathlib.Path({marker!r}).touch()
         time.sleep(5)"""
 
 
@@ -41,9 +42,11 @@ SLOW_STEP = f"""import os, pathlib, time
 def test_sigterm_mid_step_checkpoints_the_last_step_and_resumes_exactly(
     job_file: JobFile, tmp_path: Path
 ) -> None:
+    armed, marker = tmp_path / "armed", tmp_path / "scoring-step-4"
+    slow_step = SLOW_STEP.format(armed=str(armed), marker=str(marker), stop_in=STOP_IN)
     path = job_file(
         algorithm={"name": "ppo", "normalizeReward": True},
-        models={"rewardFunction": {"path": reward_file(tmp_path, SLOW_STEP)}},
+        models={"rewardFunction": {"path": reward_file(tmp_path, slow_step)}},
         rollout=QUICK["rollout"],
         training={**QUICK["training"], "maxSteps": STEPS, "deterministic": True},
         # No periodic checkpoints: the one of step 3 can only come from the preemption.
@@ -52,9 +55,10 @@ def test_sigterm_mid_step_checkpoints_the_last_step_and_resumes_exactly(
     straight, stopped = tmp_path / "straight", tmp_path / "stopped"
     finish(rlhf_run(path, straight))
 
-    marker = tmp_path / "scoring-step-4"
-    first = rlhf_run(path, stopped, env={"TEST_SCORING_MARKER": str(marker)})
+    armed.touch()
+    first = rlhf_run(path, stopped)
     wait_for_file(first, marker)
+    armed.unlink()
     first.send_signal(signal.SIGTERM)  # the driver only, as `kill` or a kubelet does
     out, _ = first.communicate(timeout=300)
     assert first.returncode == ExitCode.PREEMPTED, out[-3000:]
