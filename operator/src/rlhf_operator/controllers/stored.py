@@ -1,10 +1,10 @@
 """An RLHFJob as the watch cache keeps it: its metadata as it came, its spec and status packed.
 
 The cache holds every job the cluster keeps (waiting, running, finished: thousands on a
-platform), and a job as parsed JSON costs ~25 KB of Python objects (its spec with the CRD's
-defaults filled in, its status with conditions and allocation) for ~5 KB of JSON. Packed
-(compact JSON, zlib), spec and status take ~1-2 KB, unpacked on each read (tens of
-microseconds; a pass parses the spec with pydantic anyway, for milliseconds). What is read
+platform), and a job as parsed JSON costs ~24 KB of Python objects (its spec with the CRD's
+defaults filled in, its status with conditions) for ~5 KB of JSON. With spec and status
+packed (compact JSON, zlib) it takes ~4 KB (the bench's job, Running), unpacked on each read
+(tens of microseconds; a pass parses the spec with pydantic anyway, for milliseconds). What is read
 without a pass (the phase for a pod event, a producing job's output, the metrics) reads the
 status alone.
 """
