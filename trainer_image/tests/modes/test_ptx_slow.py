@@ -36,8 +36,8 @@ def test_ptx_keeps_the_pretraining_loss_lower(ray_up: None, tmp_path: Path) -> N
     (job,) = load_file(EXAMPLES / "tiny-ppo-ptx-cpu.yaml")
     assert job.config is not None, job.problems
     with_ptx = job.config
-    doc = with_ptx.model_dump()
-    doc["algorithm"]["ptx_coef"] = 0.0
+    doc = with_ptx.to_document()  # by the manifest's names, which is all validation reads
+    doc["algorithm"]["ptxCoef"] = 0.0
     doc["data"]["pretrain"] = []
     without = JobConfig.model_validate(doc)
     losses = {}

@@ -93,8 +93,8 @@ def test_zero3_two_ranks_with_three_reference_ranks_match_one_rank(
     single = offline_job("dpo", tiny_model_dir, "preferences.jsonl", steps=8, lr=1e-3)
     doc = offline_job(
         "dpo", tiny_model_dir, "preferences.jsonl", steps=8, lr=1e-3, ranks=2, zero=3, micro=2
-    ).model_dump()
-    doc["placement"]["reference_gpus"] = 3
+    ).to_document()  # by the manifest's names, which is all validation reads
+    doc["placement"]["referenceGpus"] = 3
     sharded = JobConfig.model_validate(doc)
     assert run(single, data_dir, tmp_path / "single") == 0
     assert run(sharded, data_dir, tmp_path / "zero3") == 0
