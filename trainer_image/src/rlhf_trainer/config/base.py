@@ -98,8 +98,8 @@ def keep_explicit_nulls(model: BaseModel, doc: dict[str, Any]) -> dict[str, Any]
                 if isinstance(item, BaseModel) and isinstance(dumped, dict):
                     keep_explicit_nulls(item, dumped)
         elif isinstance(value, dict) and isinstance(doc.get(key), dict):
-            for item_key, item in value.items():
-                dumped = doc[key].get(str(getattr(item_key, "value", item_key)))
+            for item_key, item in value.items():  # string keys (MultiGrader.graders)
+                dumped = doc[key].get(item_key)
                 if isinstance(item, BaseModel) and isinstance(dumped, dict):
                     keep_explicit_nulls(item, dumped)
     return doc
