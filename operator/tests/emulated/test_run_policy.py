@@ -122,6 +122,22 @@ async def test_ttl_after_finished_deletes_the_job_and_its_children(operator: Clu
     c = operator
     c.create(ppo_manifest("ppo-t", runPolicy={"ttlSecondsAfterFinished": 1}))
     await c.until(lambda: c.ray_jobs("ppo-t"), "RayJob")
-    c.kuberay("ppo-t-r0", jobDeploymentStatus="Complete", jobStatus="SUCCEEDED")
+    # Finished long ago: the pass that sees it writes the final status and deletes the job, and
+    # that status patch's watch event comes after the job is forgotten.
+    c.kuberay(
+        "ppo-t-r0",
+        jobDeploymentStatus="Complete",
+        jobStatus="SUCCEEDED",
+        endTime="2026-01-01T00:00:00Z",
+    )
     await c.until(lambda: c.job("ppo-t") is None, "RLHFJob deleted after its TTL", timeout=20)
     await c.until(lambda: c.k8s.find(RAYJOBS, "ppo-t-r0", "default") is None, "RayJob collected")
+    # The status patch's event (or any event) runs a pass while the watch has not yet told
+    # the job is gone: it must not make the children again.
+    await asyncio.sleep(0.5)
+    records = c.k8s.requests.records
+    deleted_at = max(
+        i for i, r in enumerate(records) if (r.verb, r.resource) == ("delete", "rlhfjobs.rlhf.dev")
+    )
+    made_after = [(r.verb, r.resource, r.name) for r in records[deleted_at:] if r.code == 201]
+    assert [m for m in made_after if m[1] != "events"] == []

@@ -16,8 +16,6 @@ pass, so a waiting job needs neither a timer nor a request.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import logging
 import time
 from collections import defaultdict
@@ -28,7 +26,7 @@ from typing import Any, cast
 import kopf
 
 from ..api.v1alpha1 import EventReason, EventType, Phase
-from ..kube.apply import Applied, Outcome
+from ..kube.apply import Outcome
 from ..kube.client import ApiError, KubeApi
 from ..reconcile.decide import Decision, decide, status_patch
 from ..reconcile.events import Event
@@ -36,6 +34,7 @@ from ..reconcile.observed import Observed
 from ..reconcile.parse import parse
 from ..settings import OperatorSettings
 from .applier import Applier
+from .bookkeeping import action_events, fingerprint, merged, resource_version
 from .metrics import Metrics
 from .reader import Key, Reader, job_key, without_bookkeeping
 from .timers import Backoff, Requeue
@@ -43,13 +42,6 @@ from .timers import Backoff, Requeue
 logger = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
-
-
-def _resource_version(body: Mapping[str, Any] | None) -> int:
-    try:
-        return int(((body or {}).get("metadata") or {}).get("resourceVersion", -1))
-    except (TypeError, ValueError):
-        return -1
 
 
 class Controller:
@@ -81,6 +73,10 @@ class Controller:
         self._timers = Requeue(self._requeue, coalesce=True)
         # The trigger of each pass asked for and not started yet (for the metrics).
         self._triggers: dict[Key, str] = {}
+        # Jobs this operator deleted (their TTL passed) whose DELETED event has not come: the
+        # index still holds them, and a pass queued behind the deleting one would make all
+        # their children again (the applier forgot them) for an owner that is gone.
+        self._deleting: dict[Key, str] = {}
 
     def bind(
         self,
@@ -108,14 +104,18 @@ class Controller:
         independently): the newer one is the live one, and a pass on the old one would
         create children for a job that no longer exists."""
         store = self.jobs.get(key)
+        deleted = self._deleting.get(key)
         bodies: list[Mapping[str, Any]] = [
-            b for b in store or () if not (b.get("metadata") or {}).get("deletionTimestamp")
+            b
+            for b in store or ()
+            if not (b.get("metadata") or {}).get("deletionTimestamp")
+            and (b.get("metadata") or {}).get("uid") != deleted
         ]
         if not bodies:
             return None
         return max(
             bodies,
-            key=lambda b: (str(b["metadata"].get("creationTimestamp", "")), _resource_version(b)),
+            key=lambda b: (str(b["metadata"].get("creationTimestamp", "")), resource_version(b)),
         )
 
     # --- the pass -------------------------------------------------------------------------
@@ -215,7 +215,7 @@ class Controller:
         if not stale and not deferred:
             await self._write_status(key, body, decision)
         events = [] if stale or deferred else list(decision.events)
-        events += _action_events(outcomes, decision.delete_ray_jobs)
+        events += action_events(outcomes, decision.delete_ray_jobs)
         if decision.delete_self:
             events.append(
                 Event(
@@ -226,7 +226,14 @@ class Controller:
             )
         self._post(body, events)
         if decision.delete_self:
-            await self.api.delete(body)
+            # Marked before the request, so that its DELETED event, which unmarks it, cannot
+            # come first.
+            self._deleting[key] = str((body.get("metadata") or {}).get("uid", ""))
+            try:
+                await self.api.delete(body)
+            except ApiError:
+                del self._deleting[key]
+                raise
             self.forget(key)
             return decision
         # One timer per job: the earliest of everything that will want another look.
@@ -267,7 +274,7 @@ class Controller:
         patch = status_patch(body.get("status"), decision.status)
         # What the job looks like once written (remembered before the request: its watch
         # event may come before its answer).
-        self._decided[key] = _fingerprint(body, _merged(body.get("status") or {}, patch))
+        self._decided[key] = fingerprint(body, merged(body.get("status") or {}, patch))
         if not patch:
             return
         updated = await self.api.patch_status(body, patch)
@@ -285,13 +292,13 @@ class Controller:
         latest = self._latest.get(key)
         uid = (body.get("metadata") or {}).get("uid")
         if latest is not None and latest["metadata"].get("uid") == uid:
-            if 0 <= _resource_version(body) < _resource_version(latest):
+            if 0 <= resource_version(body) < resource_version(latest):
                 return True
             # The watch caught up with our patch: the index holds the job as new as it (a
             # whole RLHFJob a job is not kept twice).
             del self._latest[key]
         remembered = self._decided.get(key)
-        return remembered is not None and remembered == _fingerprint(body, body.get("status"))
+        return remembered is not None and remembered == fingerprint(body, body.get("status"))
 
     def trigger_of(self, event_type: str | None, body: Mapping[str, Any]) -> str:
         """What a job event is, for the metrics: a new job (`create`: added, or found by
@@ -310,7 +317,7 @@ class Controller:
         latest = self._latest.get(key)
         if latest is None or latest["metadata"].get("uid") != body["metadata"].get("uid"):
             return dict(body)
-        if _resource_version(latest) > _resource_version(body):
+        if resource_version(latest) > resource_version(body):
             return latest
         return dict(body)
 
@@ -369,6 +376,13 @@ class Controller:
             return  # gone (or replaced): its own events will follow
         await self.reconcile(current, trigger=trigger)
 
+    def deleted(self, key: Key, uid: str) -> None:
+        """The watch saw the job deleted: the index no longer holds it."""
+        if self._deleting.get(key) == uid:
+            del self._deleting[key]
+        if self.job_body(key) is None:  # unless a new job of that name took its place
+            self.forget(key)
+
     def forget(self, key: Key) -> None:
         """Drop what is remembered about a deleted job."""
         self._timers.cancel(key)
@@ -385,48 +399,3 @@ class Controller:
     async def close(self) -> None:
         await self._timers.close()
         await self.api.close()
-
-
-def _merged(old: Mapping[str, Any], patch: Mapping[str, Any]) -> JSON:
-    """A JSON merge patch applied (RFC 7386): what the server will store."""
-    out = dict(old)
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        elif isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-            out[key] = _merged(out[key], value)
-        else:
-            out[key] = value
-    return out
-
-
-def _fingerprint(body: Mapping[str, Any], status: Any) -> tuple[str, Any, bytes]:
-    meta = body.get("metadata") or {}
-    text = json.dumps(status or {}, sort_keys=True, separators=(",", ":"), default=str)
-    return str(meta.get("uid", "")), meta.get("generation"), hashlib.sha1(text.encode()).digest()
-
-
-def _action_events(outcomes: list[Applied], deleted: tuple[str, ...]) -> list[Event]:
-    by_outcome: defaultdict[Outcome, list[str]] = defaultdict(list)
-    for applied in outcomes:
-        by_outcome[applied.outcome].append(
-            f"{applied.obj['kind']} {applied.obj['metadata']['name']}"
-        )
-    reasons = (
-        (Outcome.CREATED, EventType.NORMAL, EventReason.CREATED, "created"),
-        (Outcome.UPDATED, EventType.NORMAL, EventReason.UPDATED, "updated to match the spec"),
-    )
-    events = [
-        Event(kind, reason, f"{verb}: {', '.join(by_outcome[outcome])}")
-        for outcome, kind, reason, verb in reasons
-        if by_outcome[outcome]
-    ]
-    if deleted:
-        events.append(
-            Event(
-                EventType.NORMAL,
-                EventReason.DELETED,
-                f"deleted finished RayJob {', '.join(deleted)}",
-            )
-        )
-    return events

@@ -115,9 +115,7 @@ def register(
         # Jobs waiting for this one's model look again (their pass reads its status).
         controller.wake_consumers((namespace or "", name))
         if type == "DELETED":
-            # Unless a new job of the same name already took its place (its memory stays).
-            if controller.job_body((namespace or "", name)) is None:
-                controller.forget((namespace or "", name))
+            controller.deleted((namespace or "", name), str(body.get("metadata", {}).get("uid")))
             return
         if controller.nothing_new(body):
             return  # our own status patch coming back
