@@ -168,7 +168,12 @@ def test_hostile_values_are_refused_or_inert(path: str, kind: str, tmp_path: Pat
             assert all(p.startswith(("spec.", "spec:")) for p in rendered.problems)
             return
         for text in hostile:
-            assert _inert_only(rendered.objects, text) == [], (text, path)
+            places = _inert_only(rendered.objects, text)
+            # A trainer image that its validation (an image reference: no space, quote or
+            # newline) took, however long ("zq" + 300 x), is every container's image.
+            if path == "spec.image":
+                places = [p for p in places if not p.endswith(".image")]
+            assert places == [], (text, path)
         ray_job = next(o for o in rendered.objects if o["kind"] == "RayJob")
         for pod in _pods(ray_job):
             assert violations(pod["spec"], pod.get("metadata", {}).get("annotations")) == []
