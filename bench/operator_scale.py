@@ -1,7 +1,7 @@
 """Operator at scale: N RLHFJobs against the Kubernetes API emulator; one JSON line.
 
     .venv/bin/python bench/operator_scale.py [--jobs 500] [--idle-seconds 30]
-        [--waiting | --finished]
+        [--waiting | --finished] [--burst 500] [--sample FILE]
 
 The emulator runs in this process; the operator runs as `rlhf-operator run` in its own process,
 so its RSS and CPU time are its own. The bench plays KubeRay: each RayJob, once created, is
@@ -22,12 +22,18 @@ Reported:
 - operator_cpu_s / operator_cpu_ms_per_job: the operator process's own CPU time (user + system,
   from /proc) from its start until it settled, not disturbed by the emulator sharing the
   cores; idle_cpu_s: its CPU time during the idle window.
-`--profile FILE` runs the operator under cProfile (its figures then include the profiler's
-cost; read it with `python -m pstats FILE`). A wait that times out still prints the figures
-measured so far (with `timed_out` saying which wait) and exits 1. The operator is stopped
-however the bench ends: on an exception, on SIGTERM/SIGINT, and (PR_SET_PDEATHSIG) even when
-the bench is killed outright.
-Goals (issue 24): 5,000 jobs converge <= 60 s, <= 12 requests per job, 0 idle requests.
+- with `--burst B`: after the idle window, B more jobs created at once beside the N settled
+  ones (a platform's queue when a batch of tenants submits): burst_create_to_rayjob_p50_s /
+  _p95_s, burst_converge_s, burst_operator_cpu_ms_per_job.
+`--sample FILE` writes where the operator's CPU time goes (SIGPROF sampling, stdlib only: the
+share of samples per function, self and inclusive), without cProfile's cost per call; read
+cProfile's figures (`--profile FILE`, `python -m pstats FILE`) with that in mind: its cost per
+call makes cheap functions called often (deep copies, validators) look several times dearer.
+A wait that times out still prints the figures measured so far (with `timed_out` saying which
+wait) and exits 1. The operator is stopped however the bench ends: on an exception, on
+SIGTERM/SIGINT, and (PR_SET_PDEATHSIG) even when the bench is killed outright.
+Goals (issue 24): 5,000 jobs converge <= 60 s, p50 create -> RayJob <= 2 s for a burst of 500
+beside them, <= 12 requests per job, 0 idle requests.
 """
 
 from __future__ import annotations
@@ -63,6 +69,36 @@ MODES = {  # mode -> (the RayJob status KubeRay would write, the job phase it le
     ),
 }
 PR_SET_PDEATHSIG = 1
+# Run before the operator (`--sample FILE`): SIGPROF every 5 ms of the process's CPU time
+# records the Python stack it interrupts; at exit, the share of samples per function, self and
+# inclusive. Unlike cProfile it costs nothing per call (cheap functions called often do not
+# look expensive), and unlike a sampling thread it counts CPU, not waits for the GIL.
+SAMPLER = """import atexit, collections, signal
+_self, _incl, _n = collections.Counter(), collections.Counter(), [0]
+def _where(f):
+    return f"{{f.f_code.co_qualname}} ({{f.f_code.co_filename.split('site-packages/')[-1]}})"
+def _sample(signum, frame):
+    _n[0] += 1
+    _self[_where(frame)] += 1
+    seen = set()
+    while frame is not None:
+        seen.add(_where(frame))
+        frame = frame.f_back
+    _incl.update(seen)
+signal.signal(signal.SIGPROF, _sample)
+signal.setitimer(signal.ITIMER_PROF, 0.005, 0.005)
+def _dump():
+    signal.setitimer(signal.ITIMER_PROF, 0, 0)
+    with open({path!r}, "w") as out:
+        n = max(_n[0], 1)
+        out.write(f"{{_n[0]}} samples (5 ms of CPU each)\\n-- self\\n")
+        for where, k in _self.most_common(40):
+            out.write(f"{{100 * k / n:5.1f}}% {{where}}\\n")
+        out.write("-- inclusive\\n")
+        for where, k in _incl.most_common(80):
+            out.write(f"{{100 * k / n:5.1f}}% {{where}}\\n")
+atexit.register(_dump)
+"""
 # Run before the operator (`--tracemalloc FILE`): at its exit, the 30 largest allocation sites
 # still alive, by the operator's own frames where they appear in the traceback.
 # Tracing starts after the imports (traced, they take minutes).
@@ -210,6 +246,8 @@ async def bench(
     timeout: float,
     profile: pathlib.Path | None = None,
     tracemalloc_file: pathlib.Path | None = None,
+    sample: pathlib.Path | None = None,
+    burst: int = 0,
 ) -> dict[str, Any]:
     figures: dict[str, Any] = {"bench": "operator_scale", "jobs": jobs, "mode": mode}
     with tempfile.TemporaryDirectory() as tmp:
@@ -226,6 +264,8 @@ async def bench(
             code = "from rlhf_operator.cli import main; main(['run'])"
             if tracemalloc_file is not None:  # written when the operator stops (SIGTERM)
                 code = TRACEMALLOC.format(path=str(tracemalloc_file)) + code
+            if sample is not None:  # written when the operator stops (SIGTERM)
+                code = SAMPLER.format(path=str(sample)) + code
             command = [sys.executable, "-c", code]
             if profile is not None:  # cProfile writes it when the operator stops (SIGTERM)
                 script = pathlib.Path(tmp) / "operator_main.py"
@@ -241,7 +281,9 @@ async def bench(
             )
             timeline = Timeline(k8s, mode)
             try:
-                await measure(k8s, operator.pid, timeline, jobs, idle_seconds, timeout, figures)
+                await measure(
+                    k8s, operator.pid, timeline, jobs, idle_seconds, timeout, figures, burst
+                )
             except TimeoutError as err:
                 figures["timed_out"] = str(err)
             finally:
@@ -268,6 +310,7 @@ async def measure(
     idle_seconds: float,
     timeout: float,
     figures: dict[str, Any],
+    burst: int = 0,
 ) -> None:
     """Fill `figures` as the run goes, so that a wait that times out leaves what it had."""
     # Started: kopf lists and watches RLHFJobs and RayJobs.
@@ -340,6 +383,48 @@ async def measure(
     figures["idle_breakdown"] = {f"{v} {r}": n for (v, r), n in sorted(idle.items())}
     figures["idle_cpu_s"] = round(cpu_s(pid) - idle_cpu, 2)
     figures["operator_rss_mb"] = round(rss_mb(pid)[0], 1)
+    if burst:
+        await measure_burst(k8s, pid, timeline, burst, timeout, figures)
+
+
+async def measure_burst(
+    k8s: Emulator,
+    pid: int,
+    timeline: Timeline,
+    burst: int,
+    timeout: float,
+    figures: dict[str, Any],
+) -> None:
+    """`burst` new jobs at once beside the settled ones: how soon each gets its RayJob."""
+    figures["burst"] = burst
+    names = [f"burst-{i:04d}" for i in range(burst)]
+    created_at: dict[str, float] = {}
+    cpu = cpu_s(pid)
+    t0 = time.monotonic()
+    for i, name in enumerate(names):
+        k8s.create(RLHFJOBS, job_manifest(name), "default")
+        created_at[name] = time.monotonic()
+        if i % 25 == 24:
+            await asyncio.sleep(0)
+    try:
+        await wait_until(
+            lambda: all(n in timeline.ray_job_at and n in timeline.status_at for n in names),
+            timeout,
+            f"a burst of {burst} jobs converged",
+        )
+    finally:
+        seen = sorted(
+            timeline.ray_job_at[n] - created_at[n] for n in names if n in timeline.ray_job_at
+        )
+        done = [timeline.status_at[n] for n in names if n in timeline.status_at]
+        figures["burst_converged_jobs"] = len(done)
+        if len(done) == burst:
+            figures["burst_converge_s"] = round(max(done) - t0, 2)
+        if seen:
+            figures["burst_create_to_rayjob_p50_s"] = round(statistics.median(seen), 3)
+            figures["burst_create_to_rayjob_p95_s"] = round(seen[int(0.95 * (len(seen) - 1))], 3)
+        figures["burst_operator_cpu_ms_per_job"] = round(1000 * (cpu_s(pid) - cpu) / burst, 2)
+        figures["operator_rss_mb"] = round(rss_mb(pid)[0], 1)
 
 
 def _stop(signum: int, _: Any) -> None:
@@ -353,12 +438,23 @@ def main() -> None:
     parser.add_argument("--idle-seconds", type=float, default=30.0)
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument(
+        "--burst",
+        type=int,
+        default=0,
+        help="after the idle window, create this many more jobs at once and time them",
+    )
+    parser.add_argument(
         "--profile", type=pathlib.Path, help="write the operator's cProfile stats to this file"
     )
     parser.add_argument(
         "--tracemalloc",
         type=pathlib.Path,
         help="write the operator's largest live allocation sites (tracemalloc) to this file",
+    )
+    parser.add_argument(
+        "--sample",
+        type=pathlib.Path,
+        help="write the operator's sampled profile (share of time per function) to this file",
     )
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--waiting", action="store_const", dest="mode", const="waiting")
@@ -367,7 +463,16 @@ def main() -> None:
     signal.signal(signal.SIGTERM, _stop)
     mode = args.mode or "running"
     result = asyncio.run(
-        bench(args.jobs, mode, args.idle_seconds, args.timeout, args.profile, args.tracemalloc)
+        bench(
+            args.jobs,
+            mode,
+            args.idle_seconds,
+            args.timeout,
+            args.profile,
+            args.tracemalloc,
+            args.sample,
+            args.burst,
+        )
     )
     print(json.dumps(result), flush=True)
     if "timed_out" in result:
