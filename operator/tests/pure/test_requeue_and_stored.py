@@ -108,3 +108,18 @@ def test_a_stored_job_without_status() -> None:
     stored = StoredJob(body)
     assert stored.get("status") is None and "status" not in stored
     assert stored["spec"] == body["spec"]
+
+
+def test_stored_jobs_compare_packed(monkeypatch: Any) -> None:
+    """kopf's index compares each event's entry with the one it replaces: by the packed bytes,
+    without decoding spec and status; a plain mapping still compares by content."""
+    running = job_body(status={"phase": "Running"})
+    same, other = StoredJob(running), StoredJob(job_body(status={"phase": "Failed"}))
+    unpacked: list[bytes] = []
+    monkeypatch.setattr(
+        "rlhf_operator.controllers.stored._unpack", lambda packed: unpacked.append(packed)
+    )
+    assert StoredJob(running) == same and StoredJob(running) != other
+    assert unpacked == []
+    monkeypatch.undo()
+    assert same == json.loads(json.dumps(running)) and other != json.loads(json.dumps(running))

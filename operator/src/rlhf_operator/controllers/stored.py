@@ -59,6 +59,13 @@ class StoredJob(Mapping[str, Any]):
     def __contains__(self, key: object) -> bool:
         return key in self._plain or key in self._packed
 
+    def __eq__(self, other: object) -> bool:
+        # kopf's index compares a job's new entry with the one it replaces on every event:
+        # packed against packed, not unpacked (Mapping's way: spec and status decoded twice).
+        if isinstance(other, StoredJob):
+            return self._plain == other._plain and self._packed == other._packed
+        return super().__eq__(other)
+
     def __repr__(self) -> str:
         meta = self._plain.get("metadata") or {}
         return f"StoredJob({meta.get('namespace')}/{meta.get('name')})"

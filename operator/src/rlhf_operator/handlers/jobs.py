@@ -35,7 +35,7 @@ from ..controllers.reader import ray_job_summary, without_bookkeeping
 from ..controllers.stored import StoredJob
 from ..kube.client import login as connection_info
 from ..reconcile.inputs import named_jobs
-from ..reconcile.observed import PodObservation
+from ..reconcile.observed import PodObservation, parse_report
 from ..settings import OperatorSettings
 from .kopf_settings import configure_kopf
 
@@ -138,9 +138,18 @@ def register(
 
     @kopf.on.event("", "v1", "configmaps", labels=REPORT_LABELS, registry=registry)
     async def report_event(
-        type: str, namespace: str | None, name: str, labels: kopf.Labels, **_: Any
+        type: str,
+        namespace: str | None,
+        name: str,
+        labels: kopf.Labels,
+        body: kopf.Body,
+        **_: Any,
     ) -> None:
         # The trainer wrote its report (or the object went): mirror it into status.trainer.
+        # Not the report as the operator made it: with nothing in it, a pass observes what it
+        # did before the object existed (no report), and decides nothing new.
+        if type != "DELETED" and parse_report(body.get("data")) is None:
+            return
         await _child_event(controller, "ConfigMap", type, namespace, name, labels, "report")
 
 

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Iterable
 
 import kopf
+
+from rlhf_trainer.config.pipeline import PIPELINE_KIND
 
 from ..builders.common import COMPONENT_LABEL, JOB_LABEL, MANAGED_BY_LABEL
 from ..builders.report import REPORT_COMPONENT
@@ -21,14 +24,30 @@ from ..settings import (
 )
 
 
+class PipelineDiffBase(kopf.AnnotationsDiffBaseStorage):
+    """kopf's diff base, built for RLHFPipelines only. kopf builds one for every event of every
+    watched resource (two deep copies of the whole body: a RayJob's pod templates and all),
+    though only on.create/update/resume handlers read it, and RLHFPipelines are the only
+    resource with such handlers (RLHFJobs, RayJobs, pods and ConfigMaps have event handlers
+    and indexes, which see the body itself). For the rest an empty essence: no diff."""
+
+    def build(
+        self,
+        *,
+        body: kopf.Body,
+        extra_fields: Iterable[kopf.FieldSpec] | None = None,
+    ) -> kopf.BodyEssence:
+        if body.get("kind") != PIPELINE_KIND:
+            return kopf.BodyEssence()
+        return super().build(body=body, extra_fields=extra_fields)
+
+
 def configure_kopf(kopf_settings: kopf.OperatorSettings, settings: OperatorSettings) -> None:
     """Apply our conventions to kopf's settings (called from the startup handler)."""
     persistence = kopf_settings.persistence
     persistence.finalizer = FINALIZER
     persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=ANNOTATION_PREFIX)
-    persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=ANNOTATION_PREFIX, key=DIFF_BASE_KEY
-    )
+    persistence.diffbase_storage = PipelineDiffBase(prefix=ANNOTATION_PREFIX, key=DIFF_BASE_KEY)
 
     posting = kopf_settings.posting
     posting.enabled = True

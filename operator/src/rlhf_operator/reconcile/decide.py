@@ -109,7 +109,11 @@ def decide(
         return _finished(valid, status, observed, events, now)
 
     attempt = status.restarts
-    children = render_children(valid, settings, attempt=attempt, allocation=parsed.allocation)
+    children = (
+        parsed.children
+        if parsed.children is not None and valid is parsed.job and attempt == 0
+        else render_children(valid, settings, attempt=attempt, allocation=parsed.allocation)
+    )
     apply = [_desired(valid, obj) for obj in children.support]
     waiting = None
     # The RayJob's pods would mount what could not be applied: it waits for the rest.

@@ -24,7 +24,7 @@ from ..api.v1alpha1 import (
     TrainerReport,
 )
 from ..builders.allocation import PlacementError, plan
-from ..builders.children import render_children
+from ..builders.children import Children, render_children
 from ..builders.common import BuildError
 from ..settings import OperatorSettings
 from .platform_policy import policy_problems
@@ -50,6 +50,10 @@ class Parsed:
     mirrored: TrainerReport | None
     job: RLHFJob | None = None
     allocation: Allocation | None = None
+    # The children of the job's first attempt as the spec says (rendered to find what the
+    # builders refuse): the decision's own when nothing changes them (no resolved inputs,
+    # attempt 0), so that a pass renders once.
+    children: Children | None = None
     refusal: Refusal | None = None
     problems: list[str] = field(default_factory=list)
 
@@ -62,8 +66,9 @@ def parse(body: Mapping[str, Any], settings: OperatorSettings) -> Parsed:
     spec, problems = _validated_spec(body)
     if spec is None or problems:
         return _refused(base, ConditionReason.SPEC_INVALID, problems)
-    job = RLHFJob(
-        apiVersion=str(body.get("apiVersion") or RLHFJob.model_fields["api_version"].default),
+    # Built from parts already validated: RLHFJob(...) would validate the spec again.
+    job = RLHFJob.model_construct(
+        api_version=str(body.get("apiVersion") or RLHFJob.model_fields["api_version"].default),
         metadata=dict(body.get("metadata") or {}),
         spec=spec,
         status=previous,
@@ -74,12 +79,12 @@ def parse(body: Mapping[str, Any], settings: OperatorSettings) -> Parsed:
     try:
         allocation = plan(spec)
         # The builders' other failures: no image, an object too big for Kubernetes.
-        render_children(job, settings, allocation=allocation)
+        children = render_children(job, settings, allocation=allocation)
     except PlacementError as err:
         return _refused(base, ConditionReason.PLACEMENT_IMPOSSIBLE, [str(err)])
     except BuildError as err:
         return _refused(base, ConditionReason.SPEC_INVALID, [str(err)])
-    return Parsed(base.body, base.generation, previous, mirrored, job, allocation)
+    return Parsed(base.body, base.generation, previous, mirrored, job, allocation, children)
 
 
 def _refused(base: Parsed, reason: ConditionReason, problems: list[str]) -> Parsed:

@@ -13,7 +13,8 @@ what a cluster would not store. Python code constructs models by attribute name
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Self
+from functools import cache
+from typing import Any, Self, get_args
 
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
@@ -82,14 +83,33 @@ def _none_is_default(field: FieldInfo) -> bool:
     return field.default is None and field.default_factory is None
 
 
+def _may_hold_models(annotation: Any) -> bool:
+    """The annotation is, or contains (a list of, a dict of, a union with), a pydantic model."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return True
+    return any(_may_hold_models(arg) for arg in get_args(annotation))
+
+
+@cache
+def _null_plan(model_type: type[BaseModel]) -> tuple[tuple[str, str, bool], ...]:
+    """(attribute, key, None is kept) for the fields `keep_explicit_nulls` must look at: those
+    whose None is not the default, and those that may hold models; the rest (most: scalars
+    with None for a default) never need it."""
+    plan = []
+    for name, field in model_type.model_fields.items():
+        keeps_none = not _none_is_default(field) and not field.exclude
+        if keeps_none or _may_hold_models(field.annotation):
+            plan.append((name, field.serialization_alias or field.alias or name, keeps_none))
+    return tuple(plan)
+
+
 def keep_explicit_nulls(model: BaseModel, doc: dict[str, Any]) -> dict[str, Any]:
     """Put back into `doc` (`model` dumped by alias with exclude_none) the None values that
     `exclude_none` dropped although None is not the field's default; returns `doc`."""
-    for name, field in type(model).model_fields.items():
-        key = field.serialization_alias or field.alias or name
+    for name, key, keeps_none in _null_plan(type(model)):
         value = getattr(model, name)
         if value is None:
-            if not _none_is_default(field) and not field.exclude:
+            if keeps_none:
                 doc[key] = None
         elif isinstance(value, BaseModel) and isinstance(doc.get(key), dict):
             keep_explicit_nulls(value, doc[key])
