@@ -8,8 +8,13 @@ import contextvars
 import json
 from typing import Any
 
+from rlhf_operator.api.v1alpha1 import RLHFJobStatus
+from rlhf_operator.controllers.jobs import Controller
+from rlhf_operator.controllers.metrics import Metrics
 from rlhf_operator.controllers.stored import StoredJob
 from rlhf_operator.controllers.timers import Requeue
+from rlhf_operator.reconcile.decide import Decision
+from rlhf_operator.settings import OperatorSettings
 
 from .factories import job_body
 
@@ -123,3 +128,33 @@ def test_stored_jobs_compare_packed(monkeypatch: Any) -> None:
     assert unpacked == []
     monkeypatch.undo()
     assert same == json.loads(json.dumps(running)) and other != json.loads(json.dumps(running))
+
+
+class _PatchingApi:
+    """The status patch's answer: the job at resourceVersion 12."""
+
+    def __init__(self, answer: dict[str, Any]) -> None:
+        self.answer = answer
+
+    async def patch_status(self, body: Any, patch: Any) -> dict[str, Any]:
+        return self.answer
+
+
+async def test_a_status_answer_older_than_the_watch_is_not_kept() -> None:
+    """The answer to a status patch is kept until its watch event comes; when the event came
+    first (a busy operator reads answers late), nothing would ever drop it: not kept."""
+    before = job_body(status={"phase": "Pending"})
+    before["metadata"]["resourceVersion"] = "11"
+    answer = json.loads(json.dumps(before))
+    answer["metadata"]["resourceVersion"] = "12"
+    answer["status"] = {"phase": "Running"}
+    key = (before["metadata"]["namespace"], before["metadata"]["name"])
+    decision = Decision(status=RLHFJobStatus.model_validate({"phase": "Running"}))
+
+    for seen, kept in (("11", True), ("12", False)):
+        api: Any = _PatchingApi(answer)
+        controller = Controller(OperatorSettings(), api, Metrics())
+        indexed = json.loads(json.dumps(answer if seen == "12" else before))
+        controller.bind({key: [StoredJob(indexed)]}, {}, {}, {})
+        await controller._write_status(key, before, decision)
+        assert (key in controller._latest) is kept
