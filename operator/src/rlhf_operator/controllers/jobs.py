@@ -280,11 +280,11 @@ class Controller:
         updated = await self.api.patch_status(body, patch)
         if updated is None:
             return
-        # Kept until its watch event comes (`nothing_new`), unless it came first: then it
-        # is in the index already, and nothing would ever drop a copy kept now (a whole
-        # job, ~17 KB, for each job whose last patch's event beat its answer in a burst).
+        # Kept until its watch event comes (`nothing_new`), unless it came first (then it is
+        # in the index already) or the job is gone: nothing would ever drop a copy kept then
+        # (a whole job, ~17 KB, for each job whose last patch's event beat its answer).
         live = self.job_body(key)
-        if live is None or resource_version(live) < resource_version(updated):
+        if live is not None and resource_version(live) < resource_version(updated):
             self._latest[key] = without_bookkeeping(updated)
 
     def nothing_new(self, body: Mapping[str, Any]) -> bool:
