@@ -257,7 +257,7 @@ async def bench(
                 **os.environ,
                 "KUBECONFIG": str(kubeconfig),
                 "RLHF_OPERATOR_DEFAULT_TRAINER_IMAGE": "rlhf-trainer:bench",
-                "RLHF_OPERATOR_METRICS_PORT": "0",
+                "RLHF_OPERATOR_METRICS_PORT": os.environ.get("BENCH_METRICS_PORT", "0"),
                 "RLHF_OPERATOR_HEALTH_PORT": "0",
                 "RLHF_OPERATOR_LOG_LEVEL": "WARNING",
             }

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import zlib
 from collections import OrderedDict
 from typing import Any
@@ -15,6 +14,7 @@ from rlhf_trainer.config.locations import set_field
 
 from ..api.v1alpha1 import RLHFJob
 from .common import CONFIG_KEY, JSON, config_map_name, metadata
+from .encoding import compact
 from .volumes import checkpoint_dir, config_map_path, pod_locations
 
 # The spec's Kubernetes parts (image, env, runPolicy, ...): not the trainer's business.
@@ -64,8 +64,8 @@ RENDERED_CACHE_SIZE = 16384
 
 
 def _dump(config: dict[str, Any]) -> str:
-    canonical = json.dumps(config, separators=(",", ":"), ensure_ascii=False)
-    key = hashlib.sha256(canonical.encode()).digest()
+    # Not sorted: the same keys in another order make another YAML.
+    key = hashlib.sha256(compact(config)).digest()
     packed = _RENDERED.get(key)
     if packed is not None:
         _RENDERED.move_to_end(key)

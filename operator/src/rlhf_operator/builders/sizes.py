@@ -4,10 +4,11 @@ rendered; this measures what was rendered, exactly."""
 
 from __future__ import annotations
 
-from rlhf_trainer.config.sizes import CONFIG_MAP_LIMIT, OBJECT_BUDGET, biggest_field, json_size, kib
+from rlhf_trainer.config.sizes import CONFIG_MAP_LIMIT, OBJECT_BUDGET, biggest_field, kib
 
 from ..api.v1alpha1 import RLHFJob
 from .common import JSON, BuildError
+from .encoding import size as json_size
 
 
 def config_map_bytes(obj: JSON) -> int:

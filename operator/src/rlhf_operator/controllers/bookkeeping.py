@@ -4,12 +4,12 @@ pure helpers, apart from the controller's I/O."""
 from __future__ import annotations
 
 import hashlib
-import json
 from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
 from ..api.v1alpha1 import EventReason, EventType
+from ..builders.encoding import canonical
 from ..kube.apply import Applied, Outcome
 from ..reconcile.events import Event
 
@@ -38,8 +38,8 @@ def merged(old: Mapping[str, Any], patch: Mapping[str, Any]) -> JSON:
 
 def fingerprint(body: Mapping[str, Any], status: Any) -> tuple[str, Any, bytes]:
     meta = body.get("metadata") or {}
-    text = json.dumps(status or {}, sort_keys=True, separators=(",", ":"), default=str)
-    return str(meta.get("uid", "")), meta.get("generation"), hashlib.sha1(text.encode()).digest()
+    text = canonical(status or {})
+    return str(meta.get("uid", "")), meta.get("generation"), hashlib.sha1(text).digest()
 
 
 def action_events(outcomes: list[Applied], deleted: tuple[str, ...]) -> list[Event]:

@@ -11,11 +11,11 @@ status alone.
 
 from __future__ import annotations
 
-import json
 import zlib
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from ..builders.encoding import compact, decode
 from .reader import without_bookkeeping
 
 # The parts a job's size grows with; the rest (apiVersion, kind, metadata) stays as it came.
@@ -25,11 +25,11 @@ _LEVEL = 1
 
 
 def _pack(value: Any) -> bytes:
-    return zlib.compress(json.dumps(value, separators=(",", ":")).encode(), _LEVEL)
+    return zlib.compress(compact(value), _LEVEL)
 
 
 def _unpack(packed: bytes) -> Any:
-    return json.loads(zlib.decompress(packed))
+    return decode(zlib.decompress(packed))
 
 
 class StoredJob(Mapping[str, Any]):

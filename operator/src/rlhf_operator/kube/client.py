@@ -5,7 +5,6 @@ Applying children on top of it is `apply.py`.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -13,6 +12,7 @@ from typing import Any
 import aiohttp
 import kopf
 
+from ..builders.encoding import compact, decode
 from .throttle import TokenBucket
 
 logger = logging.getLogger(__name__)
@@ -99,6 +99,14 @@ def login(settings: kopf.OperatorSettings | None = None) -> kopf.ConnectionInfo:
 RequestHook = Callable[[str, str, int], None]
 
 
+def _error_body(raw: bytes) -> Any:
+    """A refusal's `Status` object, or its text when it is not JSON (a proxy's page)."""
+    try:
+        return decode(raw) or raw.decode(errors="replace")
+    except ValueError:
+        return raw.decode(errors="replace")
+
+
 class KubeApi:
     """JSON over HTTP with one re-login on 401 (rotated service-account tokens)."""
 
@@ -147,7 +155,7 @@ class KubeApi:
         for attempt in range(2):
             if self._session is None:
                 self._session = self._open()
-            data = json.dumps(body) if body is not None else None
+            data = compact(body) if body is not None else None
             if data is not None:
                 headers["Content-Type"] = content_type
             async with self._session.request(
@@ -157,16 +165,15 @@ class KubeApi:
                 params=params,
                 headers=headers or None,
             ) as response:
-                text = await response.text()
+                raw = await response.read()
                 if self._on_request is not None:
                     self._on_request(method, kind, response.status)
                 if response.status == 401 and attempt == 0:
                     await self.close()  # re-login: the token may have been rotated
                     continue
-                parsed = json.loads(text) if text else None
                 if response.status >= 400:
-                    raise ApiError(response.status, method, path, parsed or text)
-                return parsed
+                    raise ApiError(response.status, method, path, _error_body(raw))
+                return decode(raw) if raw else None
         raise AssertionError("unreachable")
 
     async def get(self, obj: Mapping[str, Any], *, metadata_only: bool = False) -> JSON | None:

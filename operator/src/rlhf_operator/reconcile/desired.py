@@ -8,11 +8,11 @@ type (the dependency runs handlers -> {reconcile, kube} -> builders, never kube 
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from functools import cached_property
 
 from ..builders.common import JSON
+from ..builders.encoding import canonical
 
 
 @dataclass(frozen=True)
@@ -40,5 +40,4 @@ class Desired:
     def digest(self) -> str:
         """What is applied, to know when a child must be applied again (kept in memory by
         the applier). Computed once per pass: the object is large (a RayJob's pod templates)."""
-        text = json.dumps([self.obj, self.preserve], sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(text.encode()).hexdigest()
+        return hashlib.sha256(canonical([self.obj, self.preserve])).hexdigest()
