@@ -74,6 +74,9 @@ class OperatorSettings:
     # ConfigMap or PVC, a child in someone else's way). The pods of a starting attempt need
     # no re-check: they are watched.
     dependency_retry_seconds: float = 30.0
+    # How long a new job's first status waits for KubeRay's first word on its RayJob
+    # (controllers/first_status.py): where KubeRay is slow or down, the job says so then.
+    first_status_grace_seconds: float = 5.0
     # After a failed request: the first retry waits api_retry_seconds, each further one twice
     # as long, up to retry_max_seconds; a success starts over.
     api_retry_seconds: float = 5.0
@@ -151,6 +154,9 @@ class OperatorSettings:
             ray_version=get("RAY_VERSION") or defaults.ray_version,
             dependency_retry_seconds=_seconds(
                 get, "DEPENDENCY_RETRY_SECONDS", defaults.dependency_retry_seconds
+            ),
+            first_status_grace_seconds=_seconds(
+                get, "FIRST_STATUS_GRACE_SECONDS", defaults.first_status_grace_seconds
             ),
             api_retry_seconds=_seconds(get, "API_RETRY_SECONDS", defaults.api_retry_seconds),
             retry_max_seconds=_seconds(get, "RETRY_MAX_SECONDS", defaults.retry_max_seconds),

@@ -37,6 +37,7 @@ TEST_SETTINGS = OperatorSettings(
     metrics_port=0,
     health_port=0,
     dependency_retry_seconds=1.0,
+    first_status_grace_seconds=0.5,
     api_retry_seconds=0.5,
     instance="test",
 )
@@ -45,6 +46,7 @@ TEST_ENV = {
     "RLHF_OPERATOR_METRICS_PORT": "0",
     "RLHF_OPERATOR_HEALTH_PORT": "0",
     "RLHF_OPERATOR_DEPENDENCY_RETRY_SECONDS": "1",
+    "RLHF_OPERATOR_FIRST_STATUS_GRACE_SECONDS": "0.5",
     "RLHF_OPERATOR_API_RETRY_SECONDS": "0.5",
     "RLHF_OPERATOR_LOG_LEVEL": "WARNING",
 }

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import kubernetes_validate
 
 from pure.kuberay import rayjob_errors
 
-from .harness import Cluster, manifest, ppo_manifest
+from .harness import TEST_SETTINGS, Cluster, manifest, operator_running, ppo_manifest
+
+STATUS_PATCH = ("patch", "rlhfjobs.rlhf.dev/status")
 
 
 async def test_create_makes_valid_owned_children(operator: Cluster) -> None:
@@ -56,6 +59,35 @@ async def test_create_makes_valid_owned_children(operator: Cluster) -> None:
     meta = c.job("dpo-tiny")["metadata"]  # type: ignore[index]
     assert not [k for k in meta.get("annotations") or {} if k.startswith("rlhf.dev/")]
     assert "finalizers" not in meta
+
+
+async def test_the_first_status_waits_for_kuberays_word_on_the_rayjob(cluster: Cluster) -> None:
+    """Between a new job's RayJob and KubeRay's first status of it, the job's status would say
+    only that KubeRay has not looked yet: none is written, and no pass runs for the RayJob's
+    own event; KubeRay's word is written in one patch."""
+    c = cluster
+    settings = dataclasses.replace(TEST_SETTINGS, first_status_grace_seconds=60.0)
+    async with operator_running(settings):
+        c.create(ppo_manifest("ppo-w"))
+        await c.until(lambda: c.ray_jobs("ppo-w"), "RayJob created")
+        await asyncio.sleep(0.5)  # the RayJob's own event has come and gone
+        assert not c.job("ppo-w").get("status")  # type: ignore[union-attr]
+        c.kuberay("ppo-w-r0", jobDeploymentStatus="Initializing")
+        await c.phase("ppo-w", "Provisioning")
+        await asyncio.sleep(0.5)
+    patches = [r for r in c.k8s.requests.records if (r.verb, r.resource) == STATUS_PATCH]
+    assert len(patches) == 1
+
+
+async def test_where_kuberay_stays_silent_the_status_says_so_after_the_grace(
+    operator: Cluster,
+) -> None:
+    c = operator
+    c.create(ppo_manifest("ppo-s"))
+    await c.until(lambda: c.ray_jobs("ppo-s"), "RayJob created")
+    status = await c.phase("ppo-s", "Provisioning", timeout=10)
+    assert c.conditions("ppo-s")["Valid"] == ("True", "SpecValid")
+    assert status["rayJob"]["name"] == "ppo-s-r0"
 
 
 async def test_kuberay_states_drive_phases_conditions_and_events(operator: Cluster) -> None:

@@ -35,6 +35,7 @@ from ..reconcile.parse import parse
 from ..settings import OperatorSettings
 from .applier import Applier
 from .bookkeeping import action_events, fingerprint, merged, resource_version
+from .first_status import FirstStatus, kuberay_reported
 from .metrics import Metrics
 from .reader import Key, Reader, job_key, without_bookkeeping
 from .timers import Backoff, Requeue
@@ -77,6 +78,7 @@ class Controller:
         # index still holds them, and a pass queued behind the deleting one would make all
         # their children again (the applier forgot them) for an owner that is gone.
         self._deleting: dict[Key, str] = {}
+        self.first_status = FirstStatus(settings.first_status_grace_seconds)
 
     def bind(
         self,
@@ -211,9 +213,14 @@ class Controller:
         # date (Pending), and the RayJob's own watch event brings the pass that writes what it
         # is: one status patch less per job. Only while the job has nothing on status, so
         # nothing it should say is lost meanwhile.
-        deferred = not body.get("status") and self._ray_job_unseen(key, decision, observed)
+        # So does it while KubeRay has not said anything of that RayJob (first_status.py).
+        first_wait = self._first_status_wait(key, body, decision, observed)
+        deferred = first_wait is not None
         if not stale and not deferred:
             await self._write_status(key, body, decision)
+            due = self.first_status.written(key)
+            if due is not None:
+                self._timers.cancel_due(key, due)  # its wait's timer: what it waited for came
         events = [] if stale or deferred else list(decision.events)
         events += action_events(outcomes, decision.delete_ray_jobs)
         if decision.delete_self:
@@ -238,6 +245,8 @@ class Controller:
             return decision
         # One timer per job: the earliest of everything that will want another look.
         waits = [] if decision.requeue_after is None else [decision.requeue_after]
+        if first_wait is not None:
+            waits.append(first_wait)
         if stale:
             waits.append(0.0)
         if decision.waiting is not None or observed.conflicts:
@@ -247,13 +256,20 @@ class Controller:
             self.schedule(key, min(waits))
         return decision
 
-    def _ray_job_unseen(self, key: Key, decision: Decision, observed: Observed) -> bool:
-        """The decision's RayJob is applied (the applier remembers it; a deleted one is
-        forgotten) and its watch event has not come yet."""
+    def _first_status_wait(
+        self, key: Key, body: JSON, decision: Decision, observed: Observed
+    ) -> float | None:
+        """Seconds a new job's first status still waits: its RayJob is applied (the applier
+        remembers it; a deleted one is forgotten) and not yet in the watch cache, or KubeRay
+        has not written its status yet."""
+        if body.get("status"):
+            return None
+        made = [c for c in decision.apply if c.kind == "RayJob" and self.applier.applied(key, c)]
+        if not made:
+            return None
         seen = {o.name for o in observed.ray_jobs}
-        return any(
-            child.kind == "RayJob" and child.name not in seen and self.applier.applied(key, child)
-            for child in decision.apply
+        return self.first_status.waits(
+            key, all(c.name in seen for c in made), kuberay_reported(observed.ray_jobs)
         )
 
     def _still_there(self, key: Key, body: JSON) -> bool:
@@ -395,6 +411,7 @@ class Controller:
         self._triggers.pop(key, None)
         self._latest.pop(key, None)
         self._decided.pop(key, None)
+        self.first_status.forget(key)
         self.backoff.succeeded(key)
         self.reader.forget(key)
         self.applier.forget(key)

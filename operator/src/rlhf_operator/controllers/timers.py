@@ -45,6 +45,13 @@ class Requeue:
         if timer is not None:
             timer.cancel()
 
+    def cancel_due(self, key: Any, when: float) -> None:
+        """Cancel the key's timer if it is the one asked for at `when` (loop time, which is
+        time.monotonic()): one asked for since, due sooner, stays."""
+        timer = self._timers.get(key)
+        if timer is not None and abs(timer.when() - when) < 0.05:
+            self.cancel(key)
+
     def started(self, key: Any) -> None:
         """The key's queued pass has started: a new event needs a pass of its own."""
         self._waiting.discard(key)

@@ -30,6 +30,7 @@ import kopf
 from ..api.v1alpha1 import GROUP, PLURAL, VERSION
 from ..builders.common import ATTEMPT_LABEL, COMPONENT_LABEL, JOB_LABEL
 from ..builders.report import REPORT_COMPONENT
+from ..controllers.first_status import has_kuberay_status
 from ..controllers.jobs import Controller
 from ..controllers.reader import ray_job_summary, without_bookkeeping
 from ..controllers.stored import StoredJob
@@ -123,8 +124,22 @@ def register(
 
     @kopf.on.event("ray.io", "v1", "rayjobs", labels={JOB_LABEL: kopf.PRESENT}, registry=registry)
     async def ray_job_event(
-        type: str, namespace: str | None, name: str, labels: kopf.Labels, **_: Any
+        type: str,
+        namespace: str | None,
+        name: str,
+        labels: kopf.Labels,
+        body: kopf.Body,
+        **_: Any,
     ) -> None:
+        # A new job's RayJob that KubeRay has not looked at yet: nothing for its pass (the
+        # job's first status waits for KubeRay's word, and that word's event brings it).
+        key = (namespace or "", labels[JOB_LABEL])
+        if (
+            type != "DELETED"
+            and not has_kuberay_status(body)
+            and controller.first_status.awaiting(key)
+        ):
+            return
         await _child_event(controller, "RayJob", type, namespace, name, labels, "rayjob")
 
     @kopf.on.event("", "v1", "pods", labels=POD_LABELS, registry=registry)
