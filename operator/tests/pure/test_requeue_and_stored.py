@@ -12,7 +12,7 @@ from rlhf_operator.api.v1alpha1 import RLHFJobStatus
 from rlhf_operator.controllers.jobs import Controller
 from rlhf_operator.controllers.metrics import Metrics
 from rlhf_operator.controllers.stored import StoredJob
-from rlhf_operator.controllers.timers import Requeue
+from rlhf_operator.controllers.timers import PassSlots, Requeue
 from rlhf_operator.reconcile.decide import Decision
 from rlhf_operator.settings import OperatorSettings
 
@@ -158,3 +158,34 @@ async def test_a_status_answer_older_than_the_watch_is_not_kept() -> None:
         controller.bind({key: [StoredJob(indexed)]}, {}, {}, {})
         await controller._write_status(key, before, decision)
         assert (key in controller._latest) is kept
+
+
+async def test_pass_slots_let_a_new_jobs_pass_go_first() -> None:
+    slots = PassSlots(1)
+    order: list[str] = []
+    gate = asyncio.Event()
+
+    async def work(name: str, urgent: bool) -> None:
+        async with slots.slot(urgent=urgent):
+            order.append(name)
+            if name == "first":
+                await gate.wait()
+
+    first = asyncio.create_task(work("first", False))
+    await asyncio.sleep(0)
+    waiting = [
+        asyncio.create_task(work(name, urgent))
+        for name, urgent in [("status-1", False), ("new-1", True), ("status-2", False)]
+    ]
+    cancelled = asyncio.create_task(work("new-cancelled", True))
+    await asyncio.sleep(0)
+    waiting.append(asyncio.create_task(work("new-2", True)))
+    await asyncio.sleep(0)
+    cancelled.cancel()
+    gate.set()
+    await asyncio.gather(first, *waiting)
+    assert order == ["first", "new-1", "new-2", "status-1", "status-2"]
+    # Every slot came back: one free, none owed.
+    async with slots.slot(urgent=False):
+        order.append("after")
+    assert order[-1] == "after"

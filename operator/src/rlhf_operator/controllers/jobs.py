@@ -38,7 +38,7 @@ from .bookkeeping import action_events, fingerprint, merged, resource_version
 from .first_status import FirstStatus, kuberay_reported
 from .metrics import Metrics
 from .reader import Key, Reader, job_key, without_bookkeeping
-from .timers import Backoff, Requeue
+from .timers import Backoff, PassSlots, Requeue
 
 logger = logging.getLogger(__name__)
 
@@ -64,8 +64,9 @@ class Controller:
         self.applier = Applier(api, settings, metrics)
         self.reader = Reader(api, settings)
         self._locks: defaultdict[Key, asyncio.Lock] = defaultdict(asyncio.Lock)
-        # Passes at work at once (settings.pass_limit), taken after the job's own lock.
-        self._passes = asyncio.Semaphore(settings.pass_limit)
+        # Passes at work at once (settings.pass_limit), taken after the job's own lock; a new
+        # job's first pass first.
+        self._passes = PassSlots(settings.pass_limit)
         # Passes in a row that failed (a request other than applying a child, or a bug).
         self.backoff = Backoff(settings)
         self._latest: dict[Key, JSON] = {}
@@ -137,13 +138,14 @@ class Controller:
         key = job_key(body)
         if (body.get("metadata") or {}).get("deletionTimestamp"):
             return None  # being deleted: garbage collection takes the children
-        async with self._locks[key], self._passes:
+        async with self._locks[key], self._passes.slot(urgent=False):
             return await self._reconcile(key, self._freshest(key, body), trigger)
 
     async def _reconcile_queued(self, key: Key) -> None:
         """The pass `enqueue` or a timer asked for, on the job as the watch cache has it when
         the pass starts."""
-        async with self._locks[key], self._passes:
+        urgent = self._triggers.get(key) == "create"
+        async with self._locks[key], self._passes.slot(urgent=urgent):
             self._timers.started(key)
             trigger = self._triggers.pop(key, "timer")
             body = self.job_body(key)

@@ -5,8 +5,11 @@ for whatever failed (`Backoff`). kopf itself retries nothing of ours."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
-from collections.abc import Callable, Coroutine
+import heapq
+import itertools
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 from ..settings import OperatorSettings
@@ -117,3 +120,44 @@ class Backoff:
     def forget(self, matches: Callable[[Any], bool]) -> None:
         for key in [k for k in self._failures if matches(k)]:
             del self._failures[key]
+
+
+class PassSlots:
+    """At most `limit` passes at work at once (an asyncio.Semaphore), and of those waiting,
+    the urgent ones first (then first come, first served): a new job's first pass makes its
+    children and RayJob, which its users wait for; any other pass brings a status up to date,
+    which can wait for the seconds a burst of new jobs takes."""
+
+    def __init__(self, limit: int) -> None:
+        self._free = limit
+        self._waiting: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._order = itertools.count()
+
+    @contextlib.asynccontextmanager
+    async def slot(self, *, urgent: bool) -> AsyncIterator[None]:
+        await self._acquire(urgent)
+        try:
+            yield
+        finally:
+            self._release()
+
+    async def _acquire(self, urgent: bool) -> None:
+        if self._free > 0 and not self._waiting:
+            self._free -= 1
+            return
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiting, (0 if urgent else 1, next(self._order), turn))
+        try:
+            await turn
+        except asyncio.CancelledError:
+            if turn.done() and not turn.cancelled():
+                self._release()  # given the slot as it was cancelled: pass it on
+            raise  # a cancelled turn still in the heap is skipped by _release
+
+    def _release(self) -> None:
+        while self._waiting:
+            _, _, turn = heapq.heappop(self._waiting)
+            if not turn.done():
+                turn.set_result(None)
+                return
+        self._free += 1
