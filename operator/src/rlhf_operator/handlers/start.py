@@ -56,10 +56,10 @@ async def run_operator(
     stop_flag: asyncio.Event | None = None,
     ready_flag: asyncio.Event | None = None,
 ) -> None:
-    """Run in the current event loop until `stop_flag` is set (tests, benchmarks)."""
+    """Run in the current event loop until `stop_flag` is set (tests, benchmarks). The host
+    process's garbage collector is its own business: only `main` tunes it."""
     registry, controller = build(settings)
     controller.metrics.serve(settings.metrics_port)
-    tune_gc()  # everything the operator imports is loaded by now
     await kopf.operator(
         registry=registry,
         stop_flag=stop_flag,
