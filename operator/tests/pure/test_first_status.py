@@ -5,11 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from rlhf_operator.controllers.first_status import (
-    FirstStatus,
-    has_kuberay_status,
-    kuberay_reported,
-)
+from rlhf_operator.controllers.first_status import FirstStatus, kuberay_reported
 from rlhf_operator.controllers.timers import Requeue
 from rlhf_operator.reconcile.observed import RayJobObservation
 
@@ -56,9 +52,13 @@ def test_what_counts_as_kuberays_word() -> None:
     initializing = RayJobObservation(name="job-r0", attempt=0, deployment_status="Initializing")
     assert not kuberay_reported([new])
     assert kuberay_reported([new, initializing])
-    assert not has_kuberay_status({"metadata": {}, "status": {}})
-    assert not has_kuberay_status({"metadata": {}})
-    assert has_kuberay_status({"status": {"jobDeploymentStatus": "Suspended"}})
+    # What the RayJob handler reads of a watch event's body.
+    for body, said in [
+        ({"metadata": {}, "status": {}}, False),
+        ({"metadata": {}}, False),
+        ({"metadata": {}, "status": {"jobDeploymentStatus": "Suspended"}}, True),
+    ]:
+        assert kuberay_reported([RayJobObservation.from_object(body)]) is said
 
 
 async def test_cancel_due_cancels_only_the_timer_asked_for_then() -> None:

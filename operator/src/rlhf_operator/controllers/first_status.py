@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from ..reconcile.observed import DeploymentStatus, RayJobObservation
 
@@ -58,9 +57,3 @@ class FirstStatus:
 
     def forget(self, key: Key) -> None:
         self._until.pop(key, None)
-
-
-def has_kuberay_status(ray_job: Any) -> bool:
-    """A RayJob's watch event brings a status of KubeRay's."""
-    status = (ray_job or {}).get("status") or {}
-    return bool(status.get("jobDeploymentStatus"))

@@ -210,12 +210,10 @@ class Controller:
             }
             await self.api.delete(ref)
             self.applier.forget_child(key[0], "RayJob", name)
-        # A new job's first RayJob is made (by this pass or one before) but not yet in the
-        # watch cache: the decision, taken without it, would write a status already out of
-        # date (Pending), and the RayJob's own watch event brings the pass that writes what it
-        # is: one status patch less per job. Only while the job has nothing on status, so
-        # nothing it should say is lost meanwhile.
-        # So does it while KubeRay has not said anything of that RayJob (first_status.py).
+        # A new job's first status waits for KubeRay's first word on its RayJob (a status
+        # written before, RayJob unseen or not yet looked at by KubeRay, is out of date within
+        # a second): one pass and one status patch less per job (first_status.py). Only while
+        # the job has nothing on status, so nothing it should say is lost meanwhile.
         first_wait = self._first_status_wait(key, body, decision, observed)
         deferred = first_wait is not None
         if not stale and not deferred:

@@ -14,6 +14,10 @@ from typing import Any
 
 from ..settings import OperatorSettings
 
+# A timer asked for `delay` seconds from a deadline computed a moment before is due a few
+# microseconds off that deadline: within this, it is the same timer.
+_SAME_TIMER_SECONDS = 0.05
+
 
 class Requeue:
     """A timer per key. A request never postpones a timer due sooner (a level-based pass
@@ -52,7 +56,7 @@ class Requeue:
         """Cancel the key's timer if it is the one asked for at `when` (loop time, which is
         time.monotonic()): one asked for since, due sooner, stays."""
         timer = self._timers.get(key)
-        if timer is not None and abs(timer.when() - when) < 0.05:
+        if timer is not None and abs(timer.when() - when) < _SAME_TIMER_SECONDS:
             self.cancel(key)
 
     def started(self, key: Any) -> None:

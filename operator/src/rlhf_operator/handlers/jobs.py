@@ -30,13 +30,13 @@ import kopf
 from ..api.v1alpha1 import GROUP, PLURAL, VERSION
 from ..builders.common import ATTEMPT_LABEL, COMPONENT_LABEL, JOB_LABEL
 from ..builders.report import REPORT_COMPONENT
-from ..controllers.first_status import has_kuberay_status
+from ..controllers.first_status import kuberay_reported
 from ..controllers.jobs import Controller
 from ..controllers.reader import ray_job_summary, without_bookkeeping
 from ..controllers.stored import StoredJob
 from ..kube.client import login as connection_info
 from ..reconcile.inputs import named_jobs
-from ..reconcile.observed import PodObservation, parse_report
+from ..reconcile.observed import PodObservation, RayJobObservation, parse_report
 from ..settings import OperatorSettings
 from .kopf_settings import configure_kopf
 
@@ -136,7 +136,7 @@ def register(
         key = (namespace or "", labels[JOB_LABEL])
         if (
             type != "DELETED"
-            and not has_kuberay_status(body)
+            and not kuberay_reported([RayJobObservation.from_object(body)])
             and controller.first_status.awaiting(key)
         ):
             return
