@@ -14,7 +14,8 @@ Reported:
   leads to; settled_s: until the operator's last request (kopf's own bookkeeping, events)
   before it went quiet;
 - create_to_rayjob_p50_s / _p95_s: per job, from its create to its RayJob's creation;
-- operator_rss_mb (after converging) and operator_peak_rss_mb (VmHWM);
+- operator_rss_mb: at the end (after the idle window, and the burst if any);
+  operator_peak_rss_mb: the most it held (VmHWM);
 - api_requests_per_job: every request the operator process made (kopf's and ours) until
   it settled, divided by N; `requests` breaks them down by verb and resource;
 - idle_requests: requests during `--idle-seconds` after it settled (the goal is 0: an idle job
@@ -384,7 +385,7 @@ async def measure(
     figures["idle_requests"] = sum(idle.values())
     figures["idle_breakdown"] = {f"{v} {r}": n for (v, r), n in sorted(idle.items())}
     figures["idle_cpu_s"] = round(cpu_s(pid) - idle_cpu, 2)
-    figures["operator_rss_mb"] = round(rss_mb(pid)[0], 1)
+    figures["operator_rss_mb"], figures["operator_peak_rss_mb"] = map(round1, rss_mb(pid))
     if burst:
         await measure_burst(k8s, pid, timeline, burst, timeout, figures)
 
@@ -434,7 +435,11 @@ async def measure_burst(
             figures["burst_create_to_rayjob_p50_s"] = round(statistics.median(seen), 3)
             figures["burst_create_to_rayjob_p95_s"] = round(seen[int(0.95 * (len(seen) - 1))], 3)
         figures["burst_operator_cpu_ms_per_job"] = round(1000 * (cpu_s(pid) - cpu) / burst, 2)
-        figures["operator_rss_mb"] = round(rss_mb(pid)[0], 1)
+        figures["operator_rss_mb"], figures["operator_peak_rss_mb"] = map(round1, rss_mb(pid))
+
+
+def round1(value: float) -> float:
+    return round(value, 1)
 
 
 def _stop(signum: int, _: Any) -> None:

@@ -180,6 +180,32 @@ async def test_pods_that_never_start_are_reported_then_time_out(operator: Cluste
     await c.until(lambda: k8s.find(RAYJOBS, "ppo-st-r0", "default") is None, "RayJob deleted")
 
 
+async def test_a_pod_trouble_that_clears_is_read_again(operator: Cluster) -> None:
+    """A pod event runs the job's pass only where a problem came or went: the pull that
+    failed and then succeeded takes ClusterReady from ImagePullFailed back to provisioning."""
+    c, k8s = operator, operator.k8s
+    c.create(ppo_manifest("ppo-pc"))
+    await c.until(lambda: c.ray_jobs("ppo-pc"), "RayJob")
+    c.kuberay("ppo-pc-r0", jobDeploymentStatus="Initializing")
+    await c.phase("ppo-pc", "Provisioning")
+    k8s.create("pods", _pod("ppo-pc-r0-head-x1", "ppo-pc", 0), "default")
+
+    def head_is(phase: str, state: dict[str, Any]) -> None:
+        status = {"phase": phase, "containerStatuses": [{"name": "ray-head", "state": state}]}
+        k8s.patch_status("pods", "ppo-pc-r0-head-x1", status, "default")
+
+    head_is("Pending", {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off"}})
+    await c.until(
+        lambda: c.conditions("ppo-pc").get("ClusterReady") == ("False", "ImagePullFailed"),
+        "ClusterReady=False ImagePullFailed",
+    )
+    head_is("Running", {"running": {"startedAt": _now()}})
+    await c.until(
+        lambda: c.conditions("ppo-pc").get("ClusterReady") == ("False", "ClusterProvisioning"),
+        "ClusterReady back to ClusterProvisioning",
+    )
+
+
 async def _evict(c: Cluster, pod: str, grace: int = 30) -> None:
     """`kubectl drain`'s request (policy/v1 Eviction) over HTTP."""
     eviction = {

@@ -4,14 +4,22 @@ do not run (and why), and the startup timeout."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from rlhf_operator.api.v1alpha1 import ConditionReason, EventType, Phase
+from rlhf_operator.controllers.reader import Reader
+from rlhf_operator.kube.client import KubeApi
 from rlhf_operator.reconcile.decide import Decision, decide
 from rlhf_operator.reconcile.diagnosis import pod_diagnosis
-from rlhf_operator.reconcile.observed import ApplyFailure, Observed, PodObservation
+from rlhf_operator.reconcile.observed import (
+    ApplyFailure,
+    Observed,
+    PodObservation,
+    PodProblem,
+    PodTrouble,
+)
 from rlhf_operator.settings import OperatorSettings
 
 from .factories import conditions, job_body, ray_job
@@ -230,3 +238,32 @@ def test_recovery_is_announced_once_and_a_repeated_refusal_is_not() -> None:
     fixed = decide(job_body(status=stored), Observed(), SETTINGS, NOW)
     assert conditions(fixed.status)["ChildrenApplied"] == (T, "ChildrenApplied")
     assert [e.reason for e in fixed.events] == [ConditionReason.CHILDREN_APPLIED]
+
+
+def test_a_pod_event_concerns_the_job_only_where_a_problem_or_disruption_came_or_went() -> None:
+    """What a pass reads of a job's pods is their problems and disruptions: a pod that comes
+    Pending or goes Running without either runs no pass; one that gains or loses one does."""
+    reader = Reader(cast(KubeApi, None), SETTINGS)
+    key = ("default", "ppo")
+    pulling = PodObservation(
+        "ppo-r0-head",
+        "Pending",
+        (PodProblem(PodTrouble.IMAGE_PULL, f"container ray-head: {PULL}"),),
+    )
+    index: dict[Any, list[tuple[str, PodObservation]]] = {key: []}
+    reader.pods = index
+    assert reader.pods_changed(key)  # no pass has read this job yet
+    reader.mark_pods_read(key)  # as a pass does
+    index[key] = [("0", PodObservation("ppo-r0-head", "Pending"))]
+    assert not reader.pods_changed(key)
+    index[key] = [("0", PodObservation("ppo-r0-head", "Running"))]
+    assert not reader.pods_changed(key)
+    index[key] = [("0", pulling)]
+    assert reader.pods_changed(key)
+    reader.mark_pods_read(key)
+    index[key] = [("0", pulling), ("0", PodObservation("ppo-r0-worker", "Pending"))]
+    assert not reader.pods_changed(key)
+    index[key] = [("0", PodObservation("ppo-r0-head", "Pending"))]  # the pull went through
+    assert reader.pods_changed(key)
+    reader.forget(key)
+    assert reader.pods_changed(key)

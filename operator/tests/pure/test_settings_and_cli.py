@@ -100,12 +100,16 @@ def test_scale_settings_reach_kopf_and_the_client() -> None:
             "RLHF_OPERATOR_WORKER_LIMIT": "200",
             "RLHF_OPERATOR_CLIENT_QPS": "50",
             "RLHF_OPERATOR_CLIENT_BURST": "100",
+            "RLHF_OPERATOR_WORKER_IDLE_SECONDS": "2",
         }
     )
     assert (s.worker_limit, s.client_qps, s.client_burst) == (200, 50.0, 100)
     kopf_settings = kopf.OperatorSettings()
     configure_kopf(kopf_settings, s)
     assert kopf_settings.queueing.worker_limit == 200
+    assert kopf_settings.queueing.idle_timeout == 2.0
+    configure_kopf(kopf_settings, OperatorSettings.from_env({}))
+    assert kopf_settings.queueing.idle_timeout == 0.5  # not kopf's 5 s: see settings.py
     bucket = throttle(s)
     assert bucket is not None and (bucket.qps, bucket.burst) == (50.0, 100)
     assert throttle(OperatorSettings.from_env({})) is None  # no limit unless asked for

@@ -37,7 +37,8 @@ from .applier import Applier
 from .bookkeeping import action_events, fingerprint, merged, resource_version
 from .first_status import FirstStatus, kuberay_reported
 from .metrics import Metrics
-from .reader import Key, Reader, job_key, without_bookkeeping
+from .reader import Key, Reader, job_key
+from .stored import StoredJob
 from .timers import Backoff, PassSlots, Requeue
 
 logger = logging.getLogger(__name__)
@@ -69,7 +70,9 @@ class Controller:
         self._passes = PassSlots(settings.pass_limit)
         # Passes in a row that failed (a request other than applying a child, or a bug).
         self.backoff = Backoff(settings)
-        self._latest: dict[Key, JSON] = {}
+        # The job as our last status patch returned it, until its watch event comes; packed
+        # as the watch cache keeps jobs (in a burst thousands wait for their event at once).
+        self._latest: dict[Key, StoredJob] = {}
         # Per job: (UID, generation, digest of the status) as its last pass left it.
         self._decided: dict[Key, tuple[str, Any, bytes]] = {}
         self._timers = Requeue(self._requeue, coalesce=True)
@@ -301,7 +304,7 @@ class Controller:
         # (a whole job, ~17 KB, for each job whose last patch's event beat its answer).
         live = self.job_body(key)
         if live is not None and resource_version(live) < resource_version(updated):
-            self._latest[key] = without_bookkeeping(updated)
+            self._latest[key] = StoredJob(updated)
 
     def nothing_new(self, body: Mapping[str, Any]) -> bool:
         """The event brings nothing a pass would act on: `body` is the job as the last pass
@@ -340,7 +343,7 @@ class Controller:
         if latest is None or latest["metadata"].get("uid") != body["metadata"].get("uid"):
             return dict(body)
         if resource_version(latest) > resource_version(body):
-            return latest
+            return dict(latest)
         return dict(body)
 
     def _post(self, body: Mapping[str, Any], events: list[Event]) -> None:

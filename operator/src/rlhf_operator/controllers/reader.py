@@ -23,6 +23,8 @@ from ..settings import ANNOTATION_PREFIX, DIFF_BASE_KEY, OperatorSettings
 
 Key = tuple[str, str]  # (namespace, job name)
 JSON = dict[str, Any]
+# (attempt label, pod) for each pod of a job with a problem or a disruption, sorted.
+PodTroubles = tuple[tuple[str, PodObservation], ...]
 
 
 @dataclass(frozen=True)
@@ -125,6 +127,8 @@ class Reader:
         # kopf index: (ns, job) -> [(attempt label, PodObservation)], one per pod
         self.pods: Mapping[Any, Any] = {}
         self._blockers: dict[Key, Blockers] = {}
+        # What each job's last pass read of its pods (`pod_troubles`), for `pods_changed`.
+        self._pod_troubles: dict[Key, PodTroubles] = {}
 
     async def observe(
         self, key: Key, parsed: Parsed, refused: tuple[ApplyFailure, ...] = ()
@@ -137,6 +141,7 @@ class Reader:
             ray_jobs, report=self._report(key, uid), producers=self._producers(key[0], body)
         )
         blockers = await self._blockers_for(key, parsed, observed)
+        self.mark_pods_read(key)
         return replace(
             observed,
             missing_dependencies=blockers.missing,
@@ -227,5 +232,27 @@ class Reader:
         pods = (pod for label, pod in list(self.pods.get(key) or ()) if label == attempt)
         return tuple(sorted((p for p in pods if p.disruption), key=lambda pod: pod.name))
 
+    def pod_troubles(self, key: Key) -> PodTroubles:
+        """All a pass can read of the job's pods: those with a problem or a disruption, by
+        attempt (a pod without either adds nothing to a diagnosis, whatever its phase)."""
+        troubled = [
+            (label, pod)
+            for label, pod in list(self.pods.get(key) or ())
+            if pod.problems or pod.disruption
+        ]
+        return tuple(sorted(troubled, key=lambda entry: (entry[0], entry[1].name)))
+
+    def mark_pods_read(self, key: Key) -> None:
+        """A pass reads the job's pods now: `pods_changed` compares with what it read."""
+        self._pod_troubles[key] = self.pod_troubles(key)
+
+    def pods_changed(self, key: Key) -> bool:
+        """Whether the pod watch now says something about the job's pods that its last pass
+        did not read: a pod that came Pending or went Running without a problem changes
+        nothing. True for a job no pass has observed yet."""
+        seen = self._pod_troubles.get(key)
+        return seen is None or seen != self.pod_troubles(key)
+
     def forget(self, key: Key) -> None:
         self._blockers.pop(key, None)
+        self._pod_troubles.pop(key, None)

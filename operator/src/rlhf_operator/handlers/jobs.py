@@ -75,12 +75,17 @@ def register(
     def login(settings: kopf.OperatorSettings, **_: Any) -> kopf.ConnectionInfo:
         return connection_info(settings)
 
+    # The indexes are `async def`: kopf runs a plain `def` handler in its thread pool, and
+    # each of these takes microseconds; a burst of thousands of events queued there, each
+    # holding its decoded object, a task and a copied context until a thread took it.
     @kopf.index(GROUP, VERSION, PLURAL, id=JOBS_INDEX, registry=registry)
-    def index_job(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    async def index_job(
+        namespace: str | None, name: str, body: kopf.Body, **_: Any
+    ) -> dict[Any, Any]:
         return {(namespace, name): StoredJob(body)}
 
     @kopf.index(GROUP, VERSION, PLURAL, id=CONSUMERS_INDEX, registry=registry)
-    def index_consumer(
+    async def index_consumer(
         namespace: str | None, name: str, body: kopf.Body, **_: Any
     ) -> dict[Any, Any]:
         return {(namespace, producer): name for _, producer in named_jobs(body)}
@@ -93,19 +98,21 @@ def register(
         labels={JOB_LABEL: kopf.PRESENT},
         registry=registry,
     )
-    def index_ray_job(
+    async def index_ray_job(
         namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
     ) -> dict[Any, Any]:
         return {(namespace, labels[JOB_LABEL]): ray_job_summary(body)}
 
     @kopf.index("", "v1", "configmaps", id=REPORTS_INDEX, labels=REPORT_LABELS, registry=registry)
-    def index_report(
+    async def index_report(
         namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
     ) -> dict[Any, Any]:
         return {(namespace, labels[JOB_LABEL]): without_bookkeeping(body)}
 
     @kopf.index("", "v1", "pods", id=PODS_INDEX, labels=POD_LABELS, registry=registry)
-    def index_pod(namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any) -> Any:
+    async def index_pod(
+        namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
+    ) -> Any:
         observation = PodObservation.from_object(body)
         return {(namespace, labels[JOB_LABEL]): (str(labels.get(ATTEMPT_LABEL, "")), observation)}
 
@@ -144,11 +151,17 @@ def register(
 
     @kopf.on.event("", "v1", "pods", labels=POD_LABELS, registry=registry)
     async def pod_event(namespace: str | None, labels: kopf.Labels, **_: Any) -> None:
-        # A pod of the job came, changed or went: the start-up diagnosis reads the index (a
-        # pass makes no request unless what it decides changed).
+        # A pod of the job came, changed or went: the start-up diagnosis reads the index. A
+        # pass only where the job's pods now say something its last pass did not read (a
+        # problem or a disruption came or went): a pod that came Pending or went Running
+        # without one changes nothing, and a queue of jobs' pods coming would be a pass each.
         key = (namespace or "", labels[JOB_LABEL])
         owner = controller.job_body(key)
-        if owner is not None and controller.pods_matter(owner):
+        if (
+            owner is not None
+            and controller.pods_matter(owner)
+            and controller.reader.pods_changed(key)
+        ):
             controller.enqueue(key, "pod-event")
 
     @kopf.on.event("", "v1", "configmaps", labels=REPORT_LABELS, registry=registry)

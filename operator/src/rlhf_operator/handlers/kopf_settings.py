@@ -58,6 +58,7 @@ def configure_kopf(kopf_settings: kopf.OperatorSettings, settings: OperatorSetti
     posting.event_name_prefix = f"{OPERATOR_NAME}-"
 
     kopf_settings.queueing.worker_limit = settings.worker_limit
+    kopf_settings.queueing.idle_timeout = settings.worker_idle_seconds
 
     watching = kopf_settings.watching
     watching.server_timeout = settings.watch_server_timeout

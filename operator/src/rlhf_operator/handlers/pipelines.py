@@ -35,7 +35,7 @@ def register_pipelines(
         await controller.close()
 
     @kopf.index(GROUP, VERSION, PIPELINE_PLURAL, id=PIPELINES_INDEX, registry=registry)
-    def index_pipeline(
+    async def index_pipeline(  # async: see handlers/jobs.py's indexes
         namespace: str | None, name: str, body: kopf.Body, **_: Any
     ) -> dict[Any, Any]:
         return {(namespace, name): dict(body)}
