@@ -46,6 +46,11 @@ def _json(body: Any, status: int = 200, warnings: list[str] | None = None) -> we
 
 
 class ApiServer:
+    # As kube-apiserver's watch cache: a watch that asked for bookmarks gets one this often
+    # when nothing else came (its `bookmarkFrequency`); a client that hears nothing for
+    # longer takes the stream for dead (kopf: after 70 s) and opens it again.
+    bookmark_seconds = 60.0
+
     def __init__(self, store: Store, log: RequestLog, faults: Faults) -> None:
         self.store = store
         self.registry: Registry = store.registry
@@ -435,14 +440,23 @@ class ApiServer:
                 watcher.queue.put_nowait(
                     bookmark(info.kind, info.api_version, self.store.rv, initial_end=True)
                 )
-            deadline = asyncio.get_running_loop().time() + timeout if timeout else None
+            clock = asyncio.get_running_loop().time
+            deadline = clock() + timeout if timeout else None
+            next_bookmark = clock() + self.bookmark_seconds
             while True:
-                remaining = deadline - asyncio.get_running_loop().time() if deadline else None
+                now = clock()
+                remaining = deadline - now if deadline else None
+                wait = remaining
+                if bookmarks and (wait is None or next_bookmark - now < wait):
+                    wait = max(0.0, next_bookmark - now)
                 try:
-                    line = await asyncio.wait_for(watcher.queue.get(), remaining)
+                    line = await asyncio.wait_for(watcher.queue.get(), wait)
                 except TimeoutError:
                     if bookmarks:
                         await response.write(bookmark(info.kind, info.api_version, self.store.rv))
+                        next_bookmark = clock() + self.bookmark_seconds
+                    if deadline is None or clock() < deadline:
+                        continue  # a periodic bookmark, not the end of the watch
                     break
                 if line is END:
                     break

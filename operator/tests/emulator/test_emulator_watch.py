@@ -106,6 +106,26 @@ async def test_timeout_ends_the_stream_with_a_bookmark(k8s: Emulator, api: Api) 
     assert events[0]["object"]["metadata"]["resourceVersion"] == str(k8s.store.rv)
 
 
+async def test_a_quiet_watch_gets_periodic_bookmarks(
+    k8s: Emulator, api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As kube-apiserver sends them (every minute), so that a client's inactivity timeout
+    does not take a quiet stream for dead; the stream stays open after each."""
+    monkeypatch.setattr(k8s._server, "bookmark_seconds", 0.2)
+    events = await api.watch(
+        widgets_path(),
+        count=3,
+        timeout=5,
+        timeoutSeconds="10",
+        allowWatchBookmarks="true",
+        resourceVersion=str(k8s.store.rv),
+    )
+    assert [e["type"] for e in events] == ["BOOKMARK"] * 3
+    await api.post(widgets_path(), widget("late"))
+    events = await api.watch(widgets_path(), count=1, timeout=5, timeoutSeconds="10")
+    assert [e["type"] for e in events] == ["ADDED"]  # no bookmarks unless asked for
+
+
 async def test_initial_events_end_with_a_bookmark(api: Api) -> None:
     await api.post(widgets_path(), widget("a"))
     events = await api.watch(
