@@ -94,11 +94,13 @@ class Controller:
         self.jobs, self.reader.ray_jobs, self.reader.reports = jobs, ray_jobs, reports
         self.reader.jobs, self.reader.pods = jobs, pods
 
-    def pods_matter(self, body: Mapping[str, Any]) -> bool:
+    def pods_matter(self, key: Key, body: Mapping[str, Any]) -> bool:
         """A pod event concerns the job's pass: not once it finished (its pods are gone or
-        going, and say nothing it does not already know)."""
+        going, and say nothing it does not already know), nor when its pods say nothing the
+        last pass did not read (`Reader.pods_changed`)."""
         phase = (body.get("status") or {}).get("phase")
-        return phase not in {p.value for p in Phase if p.is_finished}
+        finished = phase in {p.value for p in Phase if p.is_finished}
+        return not finished and self.reader.pods_changed(key)
 
     def job_bodies(self) -> Iterator[Mapping[str, Any]]:
         for store in list(self.jobs.values()):

@@ -157,11 +157,7 @@ def register(
         # without one changes nothing, and a queue of jobs' pods coming would be a pass each.
         key = (namespace or "", labels[JOB_LABEL])
         owner = controller.job_body(key)
-        if (
-            owner is not None
-            and controller.pods_matter(owner)
-            and controller.reader.pods_changed(key)
-        ):
+        if owner is not None and controller.pods_matter(key, owner):
             controller.enqueue(key, "pod-event")
 
     @kopf.on.event("", "v1", "configmaps", labels=REPORT_LABELS, registry=registry)
