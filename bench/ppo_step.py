@@ -86,6 +86,7 @@ def job_document(
             "zeroStage": 0,
             "bf16": args.dtype == "bf16",
             "packingSamples": packed,
+            "compile": args.compiled,
         },
         "placement": {
             "device": "cpu",
@@ -280,7 +281,8 @@ def main() -> int:
     parser.add_argument(
         "--compiled",
         action="store_true",
-        help="Both sides' vLLM engines compiled (torch.compile), not eager: ~40 s more start-up.",
+        help="Both sides compiled (torch.compile): the vLLM engines and the trained model (ours "
+        "training.compile, TRL's torch_compile); ~70 s more start-up.",
     )
     parser.add_argument("--engine", choices=["vllm", "hf"], default="vllm", help="Ours.")
     parser.add_argument("--algorithms", default="grpo,ppo")

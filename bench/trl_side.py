@@ -107,6 +107,7 @@ def run_trl(args: Any, work: Path, mode: str) -> dict[str, Any]:
         output_dir=str(work / f"trl-{mode}"),
         use_cpu=True,
         bf16=args.dtype == "bf16",
+        torch_compile=args.compiled,  # transformers' Trainer: torch.compile of the model
         per_device_train_batch_size=samples,
         gradient_accumulation_steps=1,
         num_generations=args.samples,

@@ -112,3 +112,29 @@ def test_a_reward_function_that_does_not_import_fails_before_the_cluster_starts(
     assert "RewardFunctionLoadError: reward function reward.py: cannot load" in err
     assert "ModuleNotFoundError: No module named 'no_such_module'" in err
     assert not run_dir.exists()  # refused while loading: no reporter, no cluster
+
+
+@pytest.mark.slow  # the trained models compile: ~1 min on 2 cores
+def test_compiled_trained_models_learn_as_the_eager_ones(job_file: JobFile, tmp_path: Path) -> None:
+    """`training.compile`: the actor and critic compiled in their DeepSpeed ranks; the first
+    step (same rollouts: the HF engine samples from the initial weights) has the eager run's
+    losses, to float tolerance."""
+    runs = {}
+    for compiled in (False, True):
+        path = job_file(
+            rollout={**QUICK["rollout"], "engine": "hf"},
+            training={**QUICK["training"], "maxSteps": 1, "compile": compiled},
+            checkpoint=QUICK["checkpoint"],
+        )
+        run_dir = tmp_path / f"run-{compiled}"
+        proc = subprocess.run(
+            [sys.executable, "-m", "rlhf_trainer", "run", str(path), "--run-dir", str(run_dir)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        [record] = read_metrics(run_dir)
+        runs[compiled] = record["metrics"]
+    for metric in ("policy_loss", "value_loss", "reward"):
+        assert runs[True][metric] == pytest.approx(runs[False][metric], rel=1e-3, abs=1e-5)

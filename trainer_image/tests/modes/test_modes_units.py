@@ -200,6 +200,12 @@ def test_qlora_runs_on_both_devices_and_online_and_offline(device: str, algorith
     assert messages(doc) == []
 
 
+def test_compile_with_zero3_is_refused_with_the_reason() -> None:
+    [message] = messages(offline("sft", training={"compile": True, "zeroStage": 3}))
+    assert message.startswith("training.compile: cannot run with training.zeroStage 3")
+    assert messages(offline("sft", training={"compile": True, "zeroStage": 2})) == []
+
+
 def test_qlora_with_zero3_is_refused_with_the_reason() -> None:
     doc = offline("sft", training={"lora": {"rank": 8, "quantization": "4bit"}, "zeroStage": 3})
     [message] = messages(doc)

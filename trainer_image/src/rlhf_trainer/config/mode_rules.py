@@ -24,7 +24,21 @@ def mode_problems(cfg: JobConfig) -> list[Problem]:
         *_process_reward_problems(cfg),
         *_qlora_problems(cfg),
         *_packing_problems(cfg),
+        *_compile_problems(cfg),
     ]
+
+
+def _compile_problems(cfg: JobConfig) -> list[Problem]:
+    if cfg.training.compile and cfg.training.zero_stage == 3:
+        return [
+            Problem(
+                "training.compile",
+                "cannot run with training.zeroStage 3: ZeRO-3 gathers and releases each "
+                "parameter in hooks around every module, which break the compiled graphs; use "
+                "zeroStage 0, 1 or 2, or compile false",
+            )
+        ]
+    return []
 
 
 def auto_mode_problems(cfg: JobConfig) -> list[Problem]:

@@ -57,6 +57,8 @@ class TrainedRank(RankBase):
             model = load_trainable_causal_lm(
                 self.settings.model_dir, t, self.load_options(), self.device
             )
+        if t.compile:
+            model.compile()  # in place: DeepSpeed's engine calls the compiled module
         optim = OptimSpec(learning_rate, self.settings.total_optimizer_steps)
         self.engine = init_train_engine(
             model, t, optim, self.world_size, on_gpu=self.settings.on_gpu
