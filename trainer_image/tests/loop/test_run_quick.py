@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import QUICK, JobFile, read_metrics
+from conftest import QUICK, JobFile, finish, read_metrics, rlhf_run
 from rlhf_trainer.checkpoint import CheckpointManager
 from rlhf_trainer.cli import main
 from rlhf_trainer.config.outcome import ExitCode
@@ -127,13 +127,7 @@ def test_compiled_trained_models_learn_as_the_eager_ones(job_file: JobFile, tmp_
             checkpoint=QUICK["checkpoint"],
         )
         run_dir = tmp_path / f"run-{compiled}"
-        proc = subprocess.run(
-            [sys.executable, "-m", "rlhf_trainer", "run", str(path), "--run-dir", str(run_dir)],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert proc.returncode == 0, proc.stderr[-3000:]
+        finish(rlhf_run(path, run_dir))
         [record] = read_metrics(run_dir)
         runs[compiled] = record["metrics"]
     for metric in ("policy_loss", "value_loss", "reward"):
