@@ -174,6 +174,36 @@ def test_a_crashing_worker_is_reported_and_replaced(
         assert runner(["ok"], ["p"], [None]).rewards.tolist() == [0.0]
 
 
+def test_a_worker_killed_while_loading_is_started_once_more(tmp_path: Path) -> None:
+    """A stray SIGKILL at load (the node's OOM killer) costs one restart, not the job; a file
+    whose every load is killed is still reported, after the second try."""
+    marker = tmp_path / "loaded-once"
+    once = reward_file(
+        tmp_path,
+        f"""
+        import os, pathlib, signal
+        marker = pathlib.Path({str(marker)!r})
+        if not marker.exists():
+            marker.write_text("x")
+            os.kill(os.getpid(), signal.SIGKILL)
+        def reward_func(queries, prompts, labels):
+            return [1.0 for _ in queries]
+        """,
+    )
+    with RewardFunctionRunner(once, timeout_seconds=30) as runner:
+        assert runner(Q, P, L).rewards.tolist() == [1.0, 1.0]
+        assert runner.restarts == 1
+    always = tmp_path / "always.py"
+    always.write_text("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
+    with (
+        RewardFunctionRunner(always, timeout_seconds=30) as runner,
+        pytest.raises(RewardFunctionError, match=r"cannot load .*killed by signal 9") as died,
+    ):
+        runner.start()
+    assert died.type is RewardFunctionError
+    assert runner.restarts == 2
+
+
 def test_missing_file_is_refused(tmp_path: Path) -> None:
     with pytest.raises(RewardFunctionLoadError, match="does not exist"):
         RewardFunctionRunner(tmp_path / "nope.py")
