@@ -12,6 +12,7 @@ The real apiextensions-apiserver handles a custom resource write in three steps;
    `jsonschema`. Translations: `nullable` -> `null` allowed, `x-kubernetes-int-or-string` ->
    integer or string, OpenAPI 3.0 boolean `exclusiveMinimum/Maximum` -> numeric form,
    `x-kubernetes-list-type: set|map` -> uniqueness checks, formats `date-time` and `byte`.
+   A valid object is told by `jsonschema-rs` first (`fast_schema`), in microseconds.
 
 Not evaluated: `x-kubernetes-validations` (CEL rules). They need a CEL interpreter with Kubernetes'
 extension libraries and transition rules (`oldSelf`); the real apiextensions-apiserver tier of this
@@ -35,6 +36,8 @@ from typing import Any
 import jsonschema
 import jsonschema.validators
 import yaml
+
+from support.fast_schema import list_map_duplicates, quick_validator
 
 JSON = dict[str, Any]
 
@@ -133,17 +136,9 @@ def _list_map_keys(
     validator: Any, keys: list[str], instance: Any, schema: JSON
 ) -> Iterator[jsonschema.ValidationError]:
     """`x-kubernetes-list-type: map`: no two items may share the same values of the map keys."""
-    if not isinstance(instance, list):
-        return
-    seen: set[str] = set()
-    for index, item in enumerate(instance):
-        if not isinstance(item, dict):
-            continue
-        identity = json.dumps([item.get(key) for key in keys])
-        if identity in seen:
-            shown = {key: item.get(key) for key in keys}
-            yield jsonschema.ValidationError(f"Duplicate value: {json.dumps(shown)}", path=(index,))
-        seen.add(identity)
+    for index in list_map_duplicates(instance, keys):
+        shown = {key: instance[index].get(key) for key in keys}
+        yield jsonschema.ValidationError(f"Duplicate value: {json.dumps(shown)}", path=(index,))
 
 
 _FORMATS = jsonschema.FormatChecker(formats=())
@@ -161,8 +156,13 @@ def _is_base64(value: object) -> bool:
     return True
 
 
-_FORMATS.checks("date-time", raises=ValueError)(_is_date_time)
-_FORMATS.checks("byte", raises=(binascii.Error, ValueError))(_is_base64)
+# Each format's check and what it raises on a bad value (for both validators).
+_FORMAT_CHECKS: dict[str, tuple[Any, tuple[type[Exception], ...]]] = {
+    "date-time": (_is_date_time, (ValueError,)),
+    "byte": (_is_base64, (binascii.Error, ValueError)),
+}
+for _name, (_check, _raises) in _FORMAT_CHECKS.items():
+    _FORMATS.checks(_name, raises=_raises)(_check)
 
 _Validator = jsonschema.validators.extend(
     jsonschema.Draft202012Validator, validators={"x-list-map-keys": _list_map_keys}
@@ -308,8 +308,10 @@ class CRDValidator:
     def __init__(self, schema: Mapping[str, Any], *, strict: bool = False) -> None:
         self.schema = schema
         self.strict = strict
-        self._validator = _Validator(to_json_schema(schema), format_checker=_FORMATS)
-        self._field_validators: dict[str, Any] = {}
+        json_schema = to_json_schema(schema)
+        self._validator = _Validator(json_schema, format_checker=_FORMATS)
+        self._is_valid = quick_validator(json_schema, _FORMAT_CHECKS)
+        self._field_validators: dict[str, tuple[Any, Any]] = {}
         self._splittable = set(schema) <= _SPLITTABLE_ROOT
 
     def admit(
@@ -364,11 +366,18 @@ class CRDValidator:
     def _field_errors(self, key: str, value: Any) -> list[FieldError]:
         if key not in self._field_validators:
             node = to_json_schema(self.schema["properties"][key])
-            self._field_validators[key] = _Validator(node, format_checker=_FORMATS)
-        return [_describe(e, (key,)) for e in self._field_validators[key].iter_errors(value)]
+            validator = _Validator(node, format_checker=_FORMATS)
+            self._field_validators[key] = (validator, quick_validator(node, _FORMAT_CHECKS))
+        validator, is_valid = self._field_validators[key]
+        if is_valid is not None and is_valid(value):
+            return []
+        return [_describe(e, (key,)) for e in validator.iter_errors(value)]
 
     def schema_errors(self, obj: Any) -> list[FieldError]:
-        """Schema violations only (no pruning, no defaulting), sorted by field path."""
+        """Schema violations only (no pruning, no defaulting), sorted by field path. A quick
+        check answers for a valid object (`fast_schema`); `jsonschema` finds the errors."""
+        if self._is_valid is not None and self._is_valid(obj):
+            return []
         found = [_describe(e) for e in self._validator.iter_errors(obj)]
         return sorted(found, key=lambda e: (e.path, e.message))
 
