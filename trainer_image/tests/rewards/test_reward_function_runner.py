@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 import torch
 
+from rlhf_trainer.config import RewardFunctionLimits
 from rlhf_trainer.rewards.function_runner import (
     RewardFunctionCodeError,
     RewardFunctionError,
@@ -16,10 +18,13 @@ from rlhf_trainer.rewards.function_runner import (
     RewardFunctionRunner,
     RewardFunctionTimeout,
 )
+from rlhf_trainer.sandbox import process
+from rlhf_trainer.sandbox.process import WorkerProcess
 
 # Whose fault: the file and the code are the job's (no retry), a dead process may not be.
 CODE, LOAD = RewardFunctionCodeError, RewardFunctionLoadError
 
+LIMITS = RewardFunctionLimits()
 Q, P, L = ["p1 yes", "p2 no"], ["p1", "p2"], ["yes", None]
 
 
@@ -174,34 +179,32 @@ def test_a_crashing_worker_is_reported_and_replaced(
         assert runner(["ok"], ["p"], [None]).rewards.tolist() == [0.0]
 
 
-def test_a_worker_killed_while_loading_is_started_once_more(tmp_path: Path) -> None:
-    """A stray SIGKILL at load (the node's OOM killer) costs one restart, not the job; a file
-    whose every load is killed is still reported, after the second try."""
-    marker = tmp_path / "loaded-once"
-    once = reward_file(
-        tmp_path,
-        f"""
-        import os, pathlib, signal
-        marker = pathlib.Path({str(marker)!r})
-        if not marker.exists():
-            marker.write_text("x")
-            os.kill(os.getpid(), signal.SIGKILL)
-        def reward_func(queries, prompts, labels):
-            return [1.0 for _ in queries]
-        """,
-    )
-    with RewardFunctionRunner(once, timeout_seconds=30) as runner:
-        assert runner(Q, P, L).rewards.tolist() == [1.0, 1.0]
-        assert runner.restarts == 1
-    always = tmp_path / "always.py"
-    always.write_text("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
-    with (
-        RewardFunctionRunner(always, timeout_seconds=30) as runner,
-        pytest.raises(RewardFunctionError, match=r"cannot load .*killed by signal 9") as died,
-    ):
-        runner.start()
-    assert died.type is RewardFunctionError
-    assert runner.restarts == 2
+def test_a_killed_workers_reader_never_reads_the_next_workers_pipe(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`kill` closed the pipes under readers still between two reads; the next worker's
+    pipes took the same numbers and its `ready` went to the dead worker's reader (the next
+    worker then looked silent, or dead while loading). Each reader now closes its own."""
+    read = process._read
+
+    def slow_read(fd: int) -> bytes:  # every reader lingers between two reads
+        time.sleep(0.3)
+        return read(fd)
+
+    monkeypatch.setattr(process, "_read", slow_read)
+    path = reward_file(tmp_path, "def reward_func(q, p, l):\n    return [0.0] * len(q)\n")
+    first = WorkerProcess(path, LIMITS)
+    assert first.receive(timeout=30) == {"ready": True, "cpu": pytest.approx(0, abs=5)}
+    first.kill()
+    second = WorkerProcess(path, LIMITS)
+    try:
+        assert second.receive(timeout=30) == {"ready": True, "cpu": pytest.approx(0, abs=5)}
+    finally:
+        second.kill()
+    for worker in (first, second):
+        for reader in worker._readers:
+            reader.join(timeout=10)
+        assert worker.proc.stdout is not None and worker.proc.stdout.closed
 
 
 def test_missing_file_is_refused(tmp_path: Path) -> None:

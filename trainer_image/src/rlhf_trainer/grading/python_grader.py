@@ -65,17 +65,9 @@ class PythonGraderRunner:
         if self._worker is not None and self._worker.alive():
             return
         self._discard()
-        for tries_left in (1, 0):
-            worker = WorkerProcess(self.path, self.limits, mode=GRADE_MODE)
-            self._worker = worker
-            try:
-                reply = self._receive(worker, START_TIMEOUT, "loading its source")
-                break
-            except GraderServerError as err:
-                # Killed while loading by a signal no limit sent (the node's OOM killer, a
-                # stray kill): the source did nothing wrong, so once more (as reward functions).
-                if not (tries_left and err.kind == "crash" and (worker.proc.returncode or 0) < 0):
-                    raise
+        worker = WorkerProcess(self.path, self.limits, mode=GRADE_MODE)
+        self._worker = worker
+        reply = self._receive(worker, START_TIMEOUT, "loading its source")
         if reply.get("ready"):
             return
         self._discard()

@@ -101,44 +101,33 @@ class ConfinedRunner:
 
     def start(self) -> None:
         """Start the worker now (else the first request does); raises if the file cannot
-        load. A worker killed while loading by something other than its limits (the node's
-        OOM killer, an operator's `kill`) is started once more before that is an error: the
-        file did nothing wrong, and a job should not fail on one stray signal."""
+        load."""
         with self._lock:
             if self._worker is not None and self._worker.alive():
                 return
             if self._worker is not None:
                 self._discard()
-            self._start_worker(retry_if_killed=True)
-
-    def _start_worker(self, *, retry_if_killed: bool) -> None:
-        worker = WorkerProcess(self.path, self.limits, self.module)
-        self._worker = worker
-        try:
-            reply = worker.receive(self.start_timeout)
-        except queue.Empty:
-            self._discard()
-            raise self.errors.timeout(
-                f"{self.name}: loading {self.path} took longer than "
-                f"{self.start_timeout:g} s; the worker was killed"
-            ) from None
-        if reply is None:  # died while importing: a limit, or killed (not the file's)
-            error = self._died(worker, f"cannot load {self.path}")
-            signalled = (worker.proc.returncode or 0) < 0
-            if retry_if_killed and signalled and isinstance(error, self.errors.failed):
-                log.warning("%s; starting a fresh worker once more", error)
-                self._start_worker(retry_if_killed=False)
+            worker = WorkerProcess(self.path, self.limits, self.module)
+            self._worker = worker
+            try:
+                reply = worker.receive(self.start_timeout)
+            except queue.Empty:
+                self._discard()
+                raise self.errors.timeout(
+                    f"{self.name}: loading {self.path} took longer than "
+                    f"{self.start_timeout:g} s; the worker was killed"
+                ) from None
+            if reply is None:  # died while importing: a limit, or killed (not the file's)
+                raise self._died(worker, f"cannot load {self.path}")
+            if reply.get("ready"):
                 return
-            raise error
-        if reply.get("ready"):
-            return
-        self._discard()
-        detail = str(reply.get("error", "")).rstrip()
-        if reply.get("limit"):
-            raise self._limit_error(str(reply["limit"]), detail)
-        if reply.get("phase") == "confine":  # the machine's: it cannot be confined
-            raise self.errors.failed(f"{self.name}: cannot confine its process:\n{detail}")
-        raise self.errors.load(f"{self.name}: cannot load {self.path}:\n{detail}")
+            self._discard()
+            detail = str(reply.get("error", "")).rstrip()
+            if reply.get("limit"):
+                raise self._limit_error(str(reply["limit"]), detail)
+            if reply.get("phase") == "confine":  # the machine's: it cannot be confined
+                raise self.errors.failed(f"{self.name}: cannot confine its process:\n{detail}")
+            raise self.errors.load(f"{self.name}: cannot load {self.path}:\n{detail}")
 
     def request(self, message: dict[str, Any], doing: str) -> dict[str, Any]:
         """Send `message`, return the worker's successful reply; `doing` says what the request

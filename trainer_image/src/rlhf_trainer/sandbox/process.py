@@ -31,6 +31,7 @@ WORKER_MODULE = "rlhf_trainer.sandbox._worker"
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 _CHUNK = 65536
 _TAIL = 4000
+_EXIT_GRACE = 0.5  # seconds a worker whose output ended has to be gone by itself
 _ENVELOPE = 4096  # a reply's JSON around its result
 
 
@@ -97,15 +98,26 @@ class WorkerProcess:
 
     def exit_code(self, timeout: float) -> int | None:
         """Its exit status, once it is gone: what it left running is killed first (those
-        processes hold its pipes open), then both readers drain to the end."""
+        processes hold its pipes open), then both readers drain to the end. Asked when its
+        output ended, which a worker's exit does a moment before the worker can be waited for
+        (its interpreter closes its files first): it gets that moment, so that the status is
+        how it ended, not the driver's own SIGKILL."""
         self.watch.stop()
-        kill_session(self.pid)
         deadline = time.monotonic() + timeout
+        grace = time.monotonic() + min(timeout, _EXIT_GRACE)
+        while self.alive() and time.monotonic() < grace:
+            time.sleep(0.002)
+        self._kill_session()
         for reader in self._readers:
             reader.join(timeout=max(0.0, deadline - time.monotonic()))
         while (code := self._peek()) is None and time.monotonic() < deadline:
             time.sleep(0.01)
         return code
+
+    def _kill_session(self) -> None:
+        if self.proc.returncode is not None:
+            return  # reaped: its pid, and so its session id, may be someone else's by now
+        kill_session(self.pid)
 
     @property
     def cpu_used(self) -> float:
@@ -131,35 +143,47 @@ class WorkerProcess:
         with self._lock:
             return self._tail.decode("utf-8", errors="replace")
 
+    # Each reader closes its own pipe when it is done, and nothing else closes it: a reader
+    # still running when another thread closed its descriptor read whatever the number meant
+    # next, in `make test` the next worker's pipe, whose replies it took (that worker then
+    # looked silent, or dead at its load).
     def _read_replies(self) -> None:
-        assert self.proc.stdout is not None
-        fd, pending = self.proc.stdout.fileno(), bytearray()
+        stream = self.proc.stdout
+        assert stream is not None
+        fd, pending = stream.fileno(), bytearray()
         cap = self.limits.output_bytes + _ENVELOPE
-        while chunk := _read(fd):
-            pending += chunk
-            while (end := pending.find(b"\n")) >= 0:
-                line = bytes(pending[:end])
-                del pending[: end + 1]
-                with contextlib.suppress(ValueError):
-                    reply = json.loads(line)
-                    if isinstance(reply, dict):
-                        self.replies.put(reply)
-            if len(pending) > cap:
-                self._break("outputBytes", f"it sent a reply of more than {cap} bytes")
-                break
-        self.replies.put(None)  # EOF: the process is gone
+        try:
+            while chunk := _read(fd):
+                pending += chunk
+                while (end := pending.find(b"\n")) >= 0:
+                    line = bytes(pending[:end])
+                    del pending[: end + 1]
+                    with contextlib.suppress(ValueError):
+                        reply = json.loads(line)
+                        if isinstance(reply, dict):
+                            self.replies.put(reply)
+                if len(pending) > cap:
+                    self._break("outputBytes", f"it sent a reply of more than {cap} bytes")
+                    break
+        finally:
+            self.replies.put(None)  # EOF: the process is gone
+            stream.close()
 
     def _read_output(self) -> None:
-        assert self.proc.stderr is not None
-        fd, cap = self.proc.stderr.fileno(), self.limits.output_bytes
-        while chunk := _read(fd):
-            with self._lock:
-                self._printed += len(chunk)
-                self._tail += chunk
-                del self._tail[:-_TAIL]
-                over = self._printed > cap
-            if over:
-                self._break("outputBytes", f"it printed more than {cap} bytes in one call")
+        stream = self.proc.stderr
+        assert stream is not None
+        fd, cap = stream.fileno(), self.limits.output_bytes
+        try:
+            while chunk := _read(fd):
+                with self._lock:
+                    self._printed += len(chunk)
+                    self._tail += chunk
+                    del self._tail[:-_TAIL]
+                    over = self._printed > cap
+                if over:
+                    self._break("outputBytes", f"it printed more than {cap} bytes in one call")
+        finally:
+            stream.close()
 
     def _too_many(self, count: int) -> None:
         self._break("processes", f"it ran {count} processes at once")
@@ -168,19 +192,19 @@ class WorkerProcess:
         with self._lock:
             if self.broken is None:
                 self.broken = (limit, what)
-        kill_session(self.pid)
+        self._kill_session()
 
     # --- the end ----------------------------------------------------------------------------
     def kill(self) -> None:
-        """Kill every process of its session, then reap it and close the pipes."""
+        """Kill every process of its session, then reap it and close its input (its output
+        pipes are the readers' to close, at their end)."""
         self.watch.stop()
-        kill_session(self.pid)
+        self._kill_session()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=10)
-        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-            with contextlib.suppress(OSError):
-                if stream is not None:
-                    stream.close()
+        with contextlib.suppress(OSError):
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
 
     def close(self) -> None:
         """Let it end by itself (end of input), then kill whatever it left running."""
