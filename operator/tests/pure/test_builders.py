@@ -290,13 +290,13 @@ def test_job_yaml_is_rendered_once_per_config_and_matches_pyyaml(
     monkeypatch.setattr(configmap, "_RENDERED", type(configmap._RENDERED)())
     monkeypatch.setattr(configmap, "RENDERED_CACHE_SIZE", 2)
     dumps: list[object] = []
-    real_dump = yaml.dump
+    real_dump, real_block = yaml.dump, configmap.dump_block
 
-    def counted(data: object, **kwargs: Any) -> Any:
+    def counted(data: object) -> Any:
         dumps.append(data)
-        return real_dump(data, **kwargs)
+        return real_block(data)
 
-    monkeypatch.setattr(yaml, "dump", counted)
+    monkeypatch.setattr(configmap, "dump_block", counted)
     first, other = make_job(), make_job(name="other-job")
     text = configmap.render_job_yaml(first)
     assert configmap.render_job_yaml(first) == text  # the same config: no second render

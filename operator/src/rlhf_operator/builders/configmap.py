@@ -13,6 +13,7 @@ from rlhf_trainer.config import JobConfig, JobSpec, resolve_job
 from rlhf_trainer.config.locations import set_field
 
 from ..api.v1alpha1 import RLHFJob
+from .block_yaml import dump_block
 from .common import CONFIG_KEY, JSON, config_map_name, metadata
 from .encoding import compact
 from .volumes import checkpoint_dir, config_map_path, pod_locations
@@ -50,12 +51,14 @@ def pod_job_config(job: RLHFJob) -> dict[str, Any]:
     return config
 
 
-# libyaml's emitter when present: the pure-Python one costs milliseconds per job.
+# Where `dump_block` is unsure of PyYAML's text: libyaml's emitter when present (the
+# pure-Python one costs milliseconds per job).
 _Dumper: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 # Rendered texts by a digest of their config's JSON (the same keys in the same order give the
-# same YAML), zlib-packed. Every pass renders a job's children again; PyYAML's representer is
-# pure Python (~0.7 ms for a job's config, with libyaml's emitter), the key and the unpacking
-# ~0.05 ms. Sized for a platform's jobs (~1.5 KB a text packed, 24 MB at most): one smaller
+# same YAML), zlib-packed. Every pass renders a job's children again; a new job's config is
+# written by `dump_block` (PyYAML's text without its pure-Python representer: ~0.7 ms a job
+# with libyaml's emitter), the key and the unpacking ~0.05 ms.
+# Sized for a platform's jobs (~1.5 KB a text packed, 24 MB at most): one smaller
 # than the number of jobs passed in turn would never hit (5,000 jobs created at once, each
 # passed again after the other 4,999). The least recently used goes first; a miss costs only
 # the render.
@@ -70,7 +73,9 @@ def _dump(config: dict[str, Any]) -> str:
     if packed is not None:
         _RENDERED.move_to_end(key)
         return zlib.decompress(packed).decode()
-    text = yaml.dump(config, Dumper=_Dumper, sort_keys=False, default_flow_style=False)
+    text = dump_block(config)
+    if text is None:
+        text = yaml.dump(config, Dumper=_Dumper, sort_keys=False, default_flow_style=False)
     _RENDERED[key] = zlib.compress(text.encode(), 1)
     if len(_RENDERED) > RENDERED_CACHE_SIZE:
         _RENDERED.popitem(last=False)
