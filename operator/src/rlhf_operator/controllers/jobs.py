@@ -31,12 +31,12 @@ from ..kube.client import ApiError, KubeApi
 from ..reconcile.decide import Decision, decide, status_patch
 from ..reconcile.events import Event
 from ..reconcile.observed import Observed
-from ..reconcile.parse import parse
 from ..settings import OperatorSettings
 from .applier import Applier
 from .bookkeeping import action_events, fingerprint, merged, resource_version
 from .first_status import FirstStatus, kuberay_reported
 from .metrics import Metrics
+from .parse_memo import ParseMemo
 from .reader import Key, Reader, job_key
 from .stored import StoredJob
 from .timers import Backoff, PassSlots, Requeue
@@ -83,6 +83,8 @@ class Controller:
         # their children again (the applier forgot them) for an owner that is gone.
         self._deleting: dict[Key, str] = {}
         self.first_status = FirstStatus(settings.first_status_grace_seconds)
+        # A job's parse, taken over by its next passes while its spec stays the same.
+        self._parses = ParseMemo(settings)
 
     def bind(
         self,
@@ -183,7 +185,7 @@ class Controller:
         self.schedule(key, delay)
 
     async def _pass(self, key: Key, body: JSON) -> Decision:
-        parsed = parse(body, self.settings)  # once per pass: read by everything below
+        parsed = self._parses.parse(body)  # once per pass: read by everything below
         observed = await self.reader.observe(key, parsed, self.applier.reported_failures(key))
         probably_new = not body.get("status") and not observed.ray_jobs
         decision = decide(parsed, observed, self.settings, self.clock())
@@ -417,6 +419,7 @@ class Controller:
         self._latest.pop(key, None)
         self._decided.pop(key, None)
         self.first_status.forget(key)
+        self._parses.forget(*key)
         self.backoff.succeeded(key)
         self.reader.forget(key)
         self.applier.forget(key)

@@ -16,6 +16,7 @@ from ..kube.client import KubeApi, login
 from ..kube.throttle import TokenBucket
 from ..settings import OperatorSettings
 from .jobs import JOBS_INDEX, register
+from .kopf_json import decode_watch_streams_with_orjson
 from .pipelines import register_pipelines
 
 
@@ -29,6 +30,7 @@ def throttle(settings: OperatorSettings) -> TokenBucket | None:
 
 def build(settings: OperatorSettings) -> tuple[kopf.OperatorRegistry, Controller]:
     """A fresh registry wired to a fresh controller (several can live in one process)."""
+    decode_watch_streams_with_orjson()
     controller_ref: list[Controller] = []
     metrics = Metrics(jobs=lambda: controller_ref[0].job_bodies() if controller_ref else [])
     api = KubeApi(login, on_request=metrics.on_request, throttle=throttle(settings))

@@ -87,6 +87,30 @@ def parse(body: Mapping[str, Any], settings: OperatorSettings) -> Parsed:
     return Parsed(base.body, base.generation, previous, mirrored, job, allocation, children)
 
 
+def reparse(earlier: Parsed, body: Mapping[str, Any]) -> Parsed:
+    """`parse(body)` from an earlier parse of a body with the same name, UID, generation and
+    spec: what those decide (validation, policy, placement, children) is taken over, what may
+    have changed since (the status, the trainer's report, the metadata) is read from `body`.
+    The builders read the job's name, namespace, UID and spec only."""
+    previous, mirrored = previous_status(body)
+    job = earlier.job
+    if job is not None:
+        job = job.model_copy(
+            update={"metadata": dict(body.get("metadata") or {}), "status": previous}
+        )
+    return Parsed(
+        body,
+        generation_of(body),
+        previous,
+        mirrored,
+        job,
+        earlier.allocation,
+        earlier.children,
+        earlier.refusal,
+        earlier.problems,
+    )
+
+
 def _refused(base: Parsed, reason: ConditionReason, problems: list[str]) -> Parsed:
     return Parsed(
         base.body,
