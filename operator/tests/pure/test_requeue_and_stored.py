@@ -189,3 +189,27 @@ async def test_pass_slots_let_a_new_jobs_pass_go_first() -> None:
     async with slots.slot(urgent=False):
         order.append("after")
     assert order[-1] == "after"
+
+
+async def test_pass_slots_let_a_status_pass_wait_for_no_more_than_give_way_new_ones() -> None:
+    slots = PassSlots(1, give_way=2)
+    order: list[str] = []
+    gate = asyncio.Event()
+
+    async def work(name: str, urgent: bool) -> None:
+        async with slots.slot(urgent=urgent):
+            order.append(name)
+            if name == "first":
+                await gate.wait()
+
+    first = asyncio.create_task(work("first", True))
+    await asyncio.sleep(0)
+    queued = [("status-1", False), ("new-1", True), ("new-2", True), ("status-2", False)]
+    queued += [("new-3", True), ("new-4", True), ("new-5", True)]
+    waiting = [asyncio.create_task(work(name, urgent)) for name, urgent in queued]
+    await asyncio.sleep(0)
+    gate.set()
+    await asyncio.gather(first, *waiting)
+    # status-1 queued before any urgent pass was let go: it waits for two (new-1, new-2);
+    # status-2 queued then too, and goes as soon as it is its turn among the others.
+    assert order == ["first", "new-1", "new-2", "status-1", "status-2", "new-3", "new-4", "new-5"]

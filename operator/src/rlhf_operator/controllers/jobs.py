@@ -36,7 +36,7 @@ from .applier import Applier
 from .bookkeeping import action_events, fingerprint, merged, resource_version
 from .first_status import FirstStatus, kuberay_reported
 from .metrics import Metrics
-from .parse_memo import ParseMemo
+from .parse_memo import PARSE_MEMO_SIZE, ParseMemo
 from .reader import Key, Reader, job_key
 from .stored import StoredJob
 from .timers import Backoff, PassSlots, Requeue
@@ -66,8 +66,10 @@ class Controller:
         self.reader = Reader(api, settings)
         self._locks: defaultdict[Key, asyncio.Lock] = defaultdict(asyncio.Lock)
         # Passes at work at once (settings.pass_limit), taken after the job's own lock; a new
-        # job's first pass first.
-        self._passes = PassSlots(settings.pass_limit)
+        # job's first pass first, the others after at most a quarter of the parse memo's worth
+        # of them: theirs is still there (between a job's two parses come at most that many
+        # first passes and as many others, each a new entry where it misses).
+        self._passes = PassSlots(settings.pass_limit, give_way=PARSE_MEMO_SIZE // 4)
         # Passes in a row that failed (a request other than applying a child, or a bug).
         self.backoff = Backoff(settings)
         # The job as our last status patch returned it, until its watch event comes; packed

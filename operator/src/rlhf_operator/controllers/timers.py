@@ -5,10 +5,9 @@ for whatever failed (`Backoff`). kopf itself retries nothing of ours."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import contextvars
-import heapq
-import itertools
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
@@ -130,12 +129,18 @@ class PassSlots:
     """At most `limit` passes at work at once (an asyncio.Semaphore), and of those waiting,
     the urgent ones first (then first come, first served): a new job's first pass makes its
     children and RayJob, which its users wait for; any other pass brings a status up to date,
-    which can wait for the seconds a burst of new jobs takes."""
+    which can wait for the seconds a burst of new jobs takes. Not longer: a pass gives way
+    to at most `give_way` urgent ones, then goes before the rest of them (its job's parse,
+    kept for `give_way` passes or so, would be gone, and a 5,000-job burst's statuses would
+    all wait for its end)."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, *, give_way: int = 1 << 62) -> None:
         self._free = limit
-        self._waiting: list[tuple[int, int, asyncio.Future[None]]] = []
-        self._order = itertools.count()
+        self._give_way = give_way
+        self._urgent: collections.deque[asyncio.Future[None]] = collections.deque()
+        # Each with the count of urgent passes let go before it queued.
+        self._others: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
+        self._urgent_let_go = 0
 
     @contextlib.asynccontextmanager
     async def slot(self, *, urgent: bool) -> AsyncIterator[None]:
@@ -146,22 +151,40 @@ class PassSlots:
             self._release()
 
     async def _acquire(self, urgent: bool) -> None:
-        if self._free > 0 and not self._waiting:
+        if self._free > 0 and not self._urgent and not self._others:
             self._free -= 1
             return
         turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._waiting, (0 if urgent else 1, next(self._order), turn))
+        if urgent:
+            self._urgent.append(turn)
+        else:
+            self._others.append((self._urgent_let_go, turn))
         try:
             await turn
         except asyncio.CancelledError:
             if turn.done() and not turn.cancelled():
                 self._release()  # given the slot as it was cancelled: pass it on
-            raise  # a cancelled turn still in the heap is skipped by _release
+            raise  # a cancelled turn still queued is skipped by _release
+
+    def _next(self) -> asyncio.Future[None] | None:
+        while self._urgent or self._others:
+            overdue = bool(self._others) and (
+                self._urgent_let_go - self._others[0][0] >= self._give_way
+            )
+            if self._urgent and not overdue:
+                turn = self._urgent.popleft()
+                if not turn.done():
+                    self._urgent_let_go += 1
+                    return turn
+            else:
+                _, turn = self._others.popleft()
+                if not turn.done():
+                    return turn
+        return None
 
     def _release(self) -> None:
-        while self._waiting:
-            _, _, turn = heapq.heappop(self._waiting)
-            if not turn.done():
-                turn.set_result(None)
-                return
+        turn = self._next()
+        if turn is not None:
+            turn.set_result(None)
+            return
         self._free += 1

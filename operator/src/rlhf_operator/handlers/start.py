@@ -17,6 +17,8 @@ from ..kube.throttle import TokenBucket
 from ..settings import OperatorSettings
 from .jobs import JOBS_INDEX, register
 from .kopf_json import decode_watch_streams_with_orjson
+from .kopf_spawn import spawn_workers_without_pause
+from .kopf_views import unlink_kopf_views
 from .pipelines import register_pipelines
 
 
@@ -31,6 +33,8 @@ def throttle(settings: OperatorSettings) -> TokenBucket | None:
 def build(settings: OperatorSettings) -> tuple[kopf.OperatorRegistry, Controller]:
     """A fresh registry wired to a fresh controller (several can live in one process)."""
     decode_watch_streams_with_orjson()
+    spawn_workers_without_pause()
+    unlink_kopf_views()
     controller_ref: list[Controller] = []
     metrics = Metrics(jobs=lambda: controller_ref[0].job_bodies() if controller_ref else [])
     api = KubeApi(login, on_request=metrics.on_request, throttle=throttle(settings))
