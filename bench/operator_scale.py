@@ -22,7 +22,9 @@ Reported:
   costs nothing beyond the open watches);
 - operator_cpu_s / operator_cpu_ms_per_job: the operator process's own CPU time (user + system,
   from /proc) from its start until it settled, not disturbed by the emulator sharing the
-  cores; idle_cpu_s: its CPU time during the idle window.
+  cores; idle_cpu_s: its CPU time during the idle window; operator_faults_per_job: the pages
+  it faulted in meanwhile (memory its allocator took from the kernel anew: a cost no profile
+  of Python frames shows), per job (burst_operator_faults_per_job for the burst).
 - with `--burst B`: after the idle window, B more jobs created at once beside the N settled
   ones (a platform's queue when a batch of tenants submits): burst_create_to_rayjob_p50_s /
   _p95_s, burst_converge_s, burst_operator_cpu_ms_per_job; burst_create_loop_s (the creates
@@ -152,10 +154,20 @@ def rss_mb(pid: int) -> tuple[float, float]:
     return fields["VmRSS"], fields["VmHWM"]
 
 
+def _stat(pid: int) -> list[str]:
+    return pathlib.Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+
+
 def cpu_s(pid: int) -> float:
     """User + system CPU seconds of a process so far, from /proc."""
-    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    fields = _stat(pid)
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def minor_faults(pid: int) -> int:
+    """Pages the process has faulted in so far (memory the allocator took from the kernel
+    anew: a cost that does not show in a profile of Python frames)."""
+    return int(_stat(pid)[7])
 
 
 def die_with_parent() -> None:
@@ -336,7 +348,7 @@ async def measure(
         "operator watching",
     )
     figures["operator_rss_before_jobs_mb"] = round(rss_mb(pid)[0], 1)
-    cpu_start = cpu_s(pid)
+    cpu_start, faults_start = cpu_s(pid), minor_faults(pid)
     timeline.start()
     mark = k8s.requests.mark()
     created_at: dict[str, float] = {}
@@ -354,6 +366,7 @@ async def measure(
                 "operator_peak_rss_mb": round(peak, 1),
                 "operator_cpu_s": round(cpu, 2),
                 "operator_cpu_ms_per_job": round(1000 * cpu / jobs, 2),
+                "operator_faults_per_job": round((minor_faults(pid) - faults_start) / jobs, 1),
                 "api_requests_per_job": round(sum(busy.values()) / jobs, 2),
                 "requests": {f"{v} {r}": n for (v, r), n in sorted(busy.items())},
             }
@@ -421,7 +434,7 @@ async def measure_burst(
     gc.freeze()
     names = [f"burst-{i:04d}" for i in range(burst)]
     created_at: dict[str, float] = {}
-    cpu = cpu_s(pid)
+    cpu, faults = cpu_s(pid), minor_faults(pid)
     bench_cpu = time.process_time()
     t0 = time.monotonic()
     for i, name in enumerate(names):
@@ -454,6 +467,7 @@ async def measure_burst(
             figures["burst_create_to_rayjob_p50_s"] = round(statistics.median(seen), 3)
             figures["burst_create_to_rayjob_p95_s"] = round(seen[int(0.95 * (len(seen) - 1))], 3)
         figures["burst_operator_cpu_ms_per_job"] = round(1000 * (cpu_s(pid) - cpu) / burst, 2)
+        figures["burst_operator_faults_per_job"] = round((minor_faults(pid) - faults) / burst, 1)
         figures["operator_rss_mb"], figures["operator_peak_rss_mb"] = map(round1, rss_mb(pid))
 
 

@@ -213,3 +213,22 @@ async def test_pass_slots_let_a_status_pass_wait_for_no_more_than_give_way_new_o
     # status-1 queued before any urgent pass was let go: it waits for two (new-1, new-2);
     # status-2 queued then too, and goes as soon as it is its turn among the others.
     assert order == ["first", "new-1", "new-2", "status-1", "status-2", "new-3", "new-4", "new-5"]
+
+
+async def test_pass_slots_say_when_the_last_pass_ends_with_none_waiting() -> None:
+    idle: list[bool] = []
+    slots = PassSlots(2, on_idle=lambda: idle.append(slots.idle))
+    assert slots.idle
+    gate = asyncio.Event()
+
+    async def work() -> None:
+        async with slots.slot(urgent=False):
+            await gate.wait()
+
+    tasks = [asyncio.create_task(work()) for _ in range(3)]  # the third waits for a slot
+    await asyncio.sleep(0)
+    assert not slots.idle
+    gate.set()
+    await asyncio.gather(*tasks)
+    # Told once: the first pass's slot went to the waiting one, the second's was not the last.
+    assert idle == [True] and slots.idle

@@ -3,7 +3,6 @@ and the `rlhf-operator render` command."""
 
 from __future__ import annotations
 
-import gc
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +13,7 @@ import yaml
 
 from rlhf_operator.cli import main
 from rlhf_operator.handlers.kopf_settings import configure_kopf
-from rlhf_operator.handlers.start import GC_THRESHOLDS, throttle, tune_gc
+from rlhf_operator.handlers.start import throttle
 from rlhf_operator.kube.throttle import TokenBucket
 from rlhf_operator.settings import OperatorSettings, SettingsError
 
@@ -193,14 +192,3 @@ def test_the_operator_process_loads_no_kubernetes_client_library() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
-
-
-def test_the_operator_tunes_the_garbage_collector_for_thousands_of_jobs() -> None:
-    before = gc.get_threshold()
-    try:
-        tune_gc()
-        assert gc.get_threshold() == GC_THRESHOLDS
-        assert gc.get_freeze_count() > 0  # what was loaded is out of every collection
-    finally:
-        gc.unfreeze()
-        gc.set_threshold(*before)

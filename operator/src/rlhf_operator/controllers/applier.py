@@ -25,12 +25,7 @@ from .timers import Backoff
 logger = logging.getLogger(__name__)
 
 Key = tuple[str, str]  # (namespace, job name)
-ChildKey = tuple[str, str, str]  # (namespace, kind, name)
-
-
-def of_job(child: ChildKey, key: Key) -> bool:
-    """The child belongs to the job: children are named `<job>-<suffix>`."""
-    return child[0] == key[0] and child[2].startswith(f"{key[1]}-")
+Child = tuple[str, str]  # (kind, name), in the job's namespace
 
 
 @dataclass(frozen=True)
@@ -61,13 +56,16 @@ class Refusal:
 class Applier:
     def __init__(self, api: KubeApi, settings: OperatorSettings, metrics: Metrics) -> None:
         self.api, self.settings, self.metrics = api, settings, metrics
-        self._applied: dict[ChildKey, str] = {}
-        self._refused: dict[ChildKey, Refusal] = {}
-        self._backoff = Backoff(settings)
+        # Per job: the digest each child was last applied with, and the refusals. By job, not
+        # by child name: what a job's pass reads and a deleted job drops is its own entries
+        # (job `a`'s children are not told from job `a-b`'s by their names' prefix).
+        self._applied: dict[Key, dict[Child, str]] = {}
+        self._refused: dict[Key, dict[Child, Refusal]] = {}
+        self._backoff = Backoff(settings)  # keyed by (job, kind, name)
 
     def applied(self, key: Key, child: Desired) -> bool:
         """This very content of the child was applied (and it was not deleted since)."""
-        return self._applied.get((key[0], child.kind, child.name)) == child.digest
+        return self._applied.get(key, {}).get((child.kind, child.name)) == child.digest
 
     def would_send(self, key: Key, desired: Iterable[Desired]) -> bool:
         """Some child differs from what was last applied (or was never applied)."""
@@ -92,65 +90,74 @@ class Applier:
         return outcomes, failures
 
     async def _apply_one(self, key: Key, child: Desired, probably_new: bool) -> _Step:
-        child_key = (key[0], child.kind, child.name)
+        name = (child.kind, child.name)
         digest = child.digest
-        if self._applied.get(child_key) == digest:
+        applied_before = self._applied.get(key, {})
+        if applied_before.get(name) == digest:
             return _Step()  # applied before with this content (a deleted RayJob is forgotten)
-        refused = self._refused.get(child_key)
+        refused = self._refused.get(key, {}).get(name)
         if refused is not None and refused.digest == digest and time.monotonic() < refused.retry_at:
             return _Step(failure=refused.failure if refused.reported else None, blocks=True)
         try:
             applied = await apply(
-                self.api, child, known_ours=child_key in self._applied, probably_new=probably_new
+                self.api, child, known_ours=name in applied_before, probably_new=probably_new
             )
         except ApiError as err:
-            refused = self._refuse(child_key, digest, child, err)
+            refused = self._refuse(key, name, digest, err)
             self.metrics.children.labels(child.kind, "refused").inc()
             return _Step(failure=refused.failure if refused.reported else None, blocks=True)
-        self._refused.pop(child_key, None)
-        self._backoff.succeeded(child_key)
+        self._drop_refusal(key, name)
         self.metrics.children.labels(child.kind, applied.outcome.value).inc()
         if applied.outcome is Outcome.CONFLICT:
-            self._applied.pop(child_key, None)
+            self.forget_child(key, *name)
             return _Step(applied, blocks=True)
-        self._applied[child_key] = digest
+        self._applied.setdefault(key, {})[name] = digest
         return _Step(applied)
 
-    def _refuse(self, child_key: ChildKey, digest: str, child: Desired, err: ApiError) -> Refusal:
-        failures, delay = self._backoff.failed(child_key)
+    def _refuse(self, key: Key, name: Child, digest: str, err: ApiError) -> Refusal:
+        failures, delay = self._backoff.failed((*key, *name))
         logger.warning(
             "%s/%s %s refused (%d in a row, next try in %.0f s): %s",
-            child_key[0],
-            child.kind,
-            child.name,
+            key[0],
+            *name,
             failures,
             delay,
             err,
         )
-        failure = ApplyFailure(child.kind, child.name, err.status, err.reason, err.message)
+        failure = ApplyFailure(*name, err.status, err.reason, err.message)
         refusal = Refusal(digest, time.monotonic() + delay, failure)
-        self._refused[child_key] = refusal
+        self._refused.setdefault(key, {})[name] = refusal
         return refusal
 
+    def _drop_refusal(self, key: Key, name: Child) -> None:
+        refused = self._refused.get(key)
+        if refused is not None and refused.pop(name, None) is not None:
+            self._backoff.succeeded((*key, *name))
+            if not refused:
+                del self._refused[key]
+
     def refusals(self, key: Key) -> list[Refusal]:
-        return [r for child, r in self._refused.items() if of_job(child, key)]
+        return list(self._refused.get(key, {}).values())
 
     def reported_failures(self, key: Key) -> tuple[ApplyFailure, ...]:
         return tuple(r.failure for r in self.refusals(key) if r.reported)
 
     def keep_only(self, key: Key, desired: Iterable[Desired]) -> None:
         """Refusals of children no longer desired (a finished job's RayJob) are no news."""
-        keep = {(key[0], d.kind, d.name) for d in desired}
-        for child in [c for c in self._refused if of_job(c, key) and c not in keep]:
-            del self._refused[child]
-            self._backoff.succeeded(child)
+        keep = {(d.kind, d.name) for d in desired}
+        for name in [c for c in self._refused.get(key, {}) if c not in keep]:
+            self._drop_refusal(key, name)
 
-    def forget_child(self, namespace: str, kind: str, name: str) -> None:
-        """A child went away (deleted by us or someone): apply it again when still desired."""
-        self._applied.pop((namespace, kind, name), None)
+    def forget_child(self, key: Key, kind: str, name: str) -> None:
+        """A child of the job went away (deleted by us or someone): apply it again when still
+        desired."""
+        applied = self._applied.get(key)
+        if applied is not None:
+            applied.pop((kind, name), None)
+            if not applied:
+                del self._applied[key]
 
     def forget(self, key: Key) -> None:
-        for cache in (self._applied, self._refused):
-            for child in [c for c in cache if of_job(c, key)]:
-                del cache[child]
-        self._backoff.forget(lambda child: of_job(child, key))
+        for name in list(self._refused.get(key, {})):
+            self._drop_refusal(key, name)
+        self._applied.pop(key, None)

@@ -69,7 +69,12 @@ class Controller:
         # job's first pass first, the others after at most a quarter of the parse memo's worth
         # of them: theirs is still there (between a job's two parses come at most that many
         # first passes and as many others, each a new entry where it misses).
-        self._passes = PassSlots(settings.pass_limit, give_way=PARSE_MEMO_SIZE // 4)
+        self._passes = PassSlots(
+            settings.pass_limit, give_way=PARSE_MEMO_SIZE // 4, on_idle=self._passes_idle
+        )
+        # Called whenever the last pass at work ends with none waiting (the process's garbage
+        # collector does its work then: handlers/collector.py).
+        self.when_idle: list[Callable[[], None]] = []
         # Passes in a row that failed (a request other than applying a child, or a bug).
         self.backoff = Backoff(settings)
         # The job as our last status patch returned it, until its watch event comes; packed
@@ -97,6 +102,14 @@ class Controller:
     ) -> None:
         self.jobs, self.reader.ray_jobs, self.reader.reports = jobs, ray_jobs, reports
         self.reader.jobs, self.reader.pods = jobs, pods
+
+    def passes_idle(self) -> bool:
+        """No pass at work or waiting to start."""
+        return self._passes.idle
+
+    def _passes_idle(self) -> None:
+        for hook in self.when_idle:
+            hook()
 
     def pods_matter(self, key: Key, body: Mapping[str, Any]) -> bool:
         """A pod event concerns the job's pass: not once it finished (its pods are gone or
@@ -218,7 +231,7 @@ class Controller:
                 "metadata": {"name": name, "namespace": key[0]},
             }
             await self.api.delete(ref)
-            self.applier.forget_child(key[0], "RayJob", name)
+            self.applier.forget_child(key, "RayJob", name)
         # A new job's first status waits for KubeRay's first word on its RayJob (a status
         # written before, RayJob unseen or not yet looked at by KubeRay, is out of date within
         # a second): one pass and one status patch less per job (first_status.py). Only while
@@ -382,9 +395,9 @@ class Controller:
             if (key[0], consumer) != key:
                 self.schedule((key[0], str(consumer)), 0.0)
 
-    def child_deleted(self, namespace: str, kind: str, name: str) -> None:
-        """A watched child went away: apply it again when it is still desired."""
-        self.applier.forget_child(namespace, kind, name)
+    def child_deleted(self, key: Key, kind: str, name: str) -> None:
+        """A watched child of the job went away: apply it again when it is still desired."""
+        self.applier.forget_child(key, kind, name)
 
     async def after_child_deleted(self, key: Key, trigger: str) -> None:
         """A pass for the job whose child went away, if the job still exists. Garbage

@@ -134,13 +134,26 @@ class PassSlots:
     kept for `give_way` passes or so, would be gone, and a 5,000-job burst's statuses would
     all wait for its end)."""
 
-    def __init__(self, limit: int, *, give_way: int = 1 << 62) -> None:
+    def __init__(
+        self,
+        limit: int,
+        *,
+        give_way: int = 1 << 62,
+        on_idle: Callable[[], None] | None = None,
+    ) -> None:
+        self._limit = limit
         self._free = limit
         self._give_way = give_way
+        self._on_idle = on_idle  # called when the last pass at work ends and none waits
         self._urgent: collections.deque[asyncio.Future[None]] = collections.deque()
         # Each with the count of urgent passes let go before it queued.
         self._others: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
         self._urgent_let_go = 0
+
+    @property
+    def idle(self) -> bool:
+        """No pass at work, none waiting."""
+        return self._free == self._limit and not self._urgent and not self._others
 
     @contextlib.asynccontextmanager
     async def slot(self, *, urgent: bool) -> AsyncIterator[None]:
@@ -188,3 +201,5 @@ class PassSlots:
             turn.set_result(None)
             return
         self._free += 1
+        if self._on_idle is not None and self._free == self._limit:
+            self._on_idle()

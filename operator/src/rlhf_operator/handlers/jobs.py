@@ -190,7 +190,7 @@ async def _child_event(
     still wants it); any other change runs the job's pass."""
     key = (namespace or "", labels[JOB_LABEL])
     if type == "DELETED":
-        controller.child_deleted(key[0], kind, name)
+        controller.child_deleted(key, kind, name)
         await _quietly_after_deletion(controller, key, f"{trigger}-deleted")
         return
     if controller.job_body(key) is not None:

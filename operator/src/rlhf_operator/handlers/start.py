@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import threading
 
@@ -15,6 +14,7 @@ from ..controllers.pipelines import PipelineController
 from ..kube.client import KubeApi, login
 from ..kube.throttle import TokenBucket
 from ..settings import OperatorSettings
+from .collector import IdleCollector, tune_gc
 from .jobs import JOBS_INDEX, register
 from .kopf_json import decode_watch_streams_with_orjson
 from .kopf_spawn import spawn_workers_without_pause
@@ -74,22 +74,6 @@ async def run_operator(
     )
 
 
-# Python's cyclic garbage collector, set for a process that holds thousands of jobs: with its
-# default (a young collection every 700 allocations), the JSON of a burst's passes in flight
-# was promoted to the old generations, whose full collections (each scanning every object the
-# watch caches hold) took 29 % of the operator's CPU at 2,000 jobs (bench/operator_scale.py
-# with a gc.callbacks probe: 40 full collections of ~140 ms). A young collection every 50,000
-# allocations lets that JSON die young; the objects of the start (modules, classes, kopf's and
-# pydantic's machinery) are frozen out of every collection. 2,000 jobs: 14.3 -> 11.0 ms of CPU
-# a job, the RSS no higher (GC_THRESHOLDS below, measured against 10,000 and 700).
-GC_THRESHOLDS = (50_000, 20, 10)
-
-
-def tune_gc() -> None:
-    gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
-
-
 def configure_logging(level: str) -> None:
     kopf.configure(debug=level == "DEBUG", quiet=level in {"WARNING", "ERROR"})
     logging.getLogger().setLevel(level)
@@ -101,6 +85,7 @@ def main(settings: OperatorSettings) -> int:
     registry, controller = build(settings)
     controller.metrics.serve(settings.metrics_port)
     tune_gc()  # everything the operator imports is loaded by now
+    controller.when_idle.append(IdleCollector(controller.passes_idle).soon)
     assert threading.current_thread() is threading.main_thread()
     kopf.run(registry=registry, **_operator_kwargs(settings))  # type: ignore[arg-type]
     return 0
