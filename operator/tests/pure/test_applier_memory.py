@@ -28,11 +28,9 @@ class _Api:
         return dict(obj)
 
 
-def _config_map(name: str, value: str = "1") -> Desired:
+def _config_map(name: str) -> Desired:
     meta = {"name": name, "namespace": "team"}
-    return Desired(
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"v": value}}
-    )
+    return Desired({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"v": "1"}})
 
 
 async def test_a_jobs_refusals_and_applied_children_are_its_own() -> None:

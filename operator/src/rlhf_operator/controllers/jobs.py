@@ -70,7 +70,7 @@ class Controller:
         # of them: theirs is still there (between a job's two parses come at most that many
         # first passes and as many others, each a new entry where it misses).
         self._passes = PassSlots(
-            settings.pass_limit, give_way=PARSE_MEMO_SIZE // 4, on_idle=self._passes_idle
+            settings.pass_limit, give_way=PARSE_MEMO_SIZE // 4, on_idle=self._run_idle_hooks
         )
         # Called whenever the last pass at work ends with none waiting (the process's garbage
         # collector does its work then: handlers/collector.py).
@@ -107,7 +107,7 @@ class Controller:
         """No pass at work or waiting to start."""
         return self._passes.idle
 
-    def _passes_idle(self) -> None:
+    def _run_idle_hooks(self) -> None:
         for hook in self.when_idle:
             hook()
 
