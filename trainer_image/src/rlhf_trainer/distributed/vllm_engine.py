@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .engine_parallel import engine_environment, executor_backend
+from .vllm_cpu_kernels import IR_OP_PRIORITY
+from .vllm_cpu_kernels import register as register_cpu_kernels
 
 EXTENSION = "rlhf_trainer.distributed.vllm_extension.WeightSyncExtension"
 
@@ -82,6 +84,8 @@ def llm_kwargs(settings: EngineSettings) -> dict[str, Any]:
         kwargs["kv_cache_memory_bytes"] = settings.kv_cache_bytes
     if settings.revision is not None:
         kwargs["revision"] = kwargs["tokenizer_revision"] = settings.revision
+    if not settings.on_gpu:
+        kwargs["ir_op_priority"] = IR_OP_PRIORITY
     return {
         "model": settings.model_dir,
         "dtype": settings.dtype,
@@ -111,6 +115,9 @@ class VLLMEngine:
     def __init__(self, settings: EngineSettings) -> None:
         prepare_process(settings)
         from vllm import LLM
+
+        if not settings.on_gpu:
+            register_cpu_kernels()
 
         self.llm = LLM(**llm_kwargs(settings))
 

@@ -22,8 +22,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from . import vllm_cpu_kernels
 from .vllm_cpu_load import DirectCPULoad, Weights
 from .weights import Packed, TensorMeta, broadcast, new_group, unflatten, unpack
+
+# vLLM imports this module while it builds its worker, before the worker sets the IR ops'
+# priority (`vllm_engine.llm_kwargs`), which names these kernels on CPU.
+vllm_cpu_kernels.register()
 
 # Unset: not yet looked for; None: this engine loads through `reload_weights` only.
 _UNSET: Any = object()
