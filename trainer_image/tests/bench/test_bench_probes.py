@@ -1,10 +1,12 @@
 """bench/'s probes at tiny size: the GPU check script runs on a CPU (its smoke check) and prints
-its lines; the floor arithmetic gives the figures worked out by hand."""
+its lines, as does the training-step probe; the floor arithmetic gives the figures worked out
+by hand."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -87,3 +89,23 @@ def test_phase_floors(dtype: str, old_logps: bool, expected: tuple[float, ...]) 
     phases = ("generation", "make_experience", "training", "weight_sync")
     assert got == pytest.approx(dict(zip(phases, expected, strict=True)))
     assert floor.multiples({"training": 2 * got["training"]}, got) == {"training": 2.0}
+
+
+def test_train_step_times_each_phase_by_zero_stage() -> None:
+    argv = ["--size", "tiny", "--configs", "0,2", "--steps", "1", "--rows", "2", "--tokens", "8"]
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "train_step.py"), *argv, "--dtype", "bf16"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    runs = {x["config"]: x for x in lines if "config" in x}
+    # bf16 at stage 0 is DeepSpeed's unfused wrapper; stage 2 its ZeRO optimizer.
+    assert runs["0"]["optimizer"] == "FP16_UnfusedOptimizer"
+    assert runs["2"]["optimizer"] == "DeepSpeedZeroOptimizer"
+    for run in runs.values():
+        assert set(run["best_s"]) == {"forward", "backward", "step"}
+        assert all(v > 0 for v in run["best_s"].values())
