@@ -3,7 +3,9 @@ the overlay directory that holds TRL (`make bench-deps`, see bench/README.md).""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -79,3 +81,17 @@ def require_trl() -> None:
             f"the TRL side needs trl==1.16.0 and datasets ({err}); install them beside the venv "
             f"with `make bench-deps` (into {OVERLAY}, see bench/README.md), or pass --skip-trl"
         ) from err
+
+
+def run_child(script: str, child: str) -> dict[str, Any]:
+    """`script` run again with this process's arguments and `--child CHILD`, in a fresh process
+    (so no configuration's start-up or threads overlap another's): the JSON it prints after
+    `RESULT `; its stderr's tail and an exit where it fails."""
+    cmd = [sys.executable, script, *sys.argv[1:], "--child", child]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+    if proc.returncode or not lines:
+        sys.stderr.write(proc.stderr[-4000:])
+        raise SystemExit(f"--child {child} failed (exit {proc.returncode})")
+    result: dict[str, Any] = json.loads(lines[-1].removeprefix("RESULT "))
+    return result

@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -34,7 +33,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import SIZES, bench_model, default_dtype
+from common import SIZES, bench_model, default_dtype, run_child
 
 
 def child(args: argparse.Namespace, tp: int) -> dict[str, Any]:
@@ -127,13 +126,7 @@ def main() -> int:
     runs: dict[int, list[dict[str, Any]]] = {tp: [] for tp in sizes}
     for round_index in range(args.repeats):
         for tp in sizes:
-            cmd = [sys.executable, __file__, *sys.argv[1:], "--child", str(tp)]
-            proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-            lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
-            if proc.returncode or not lines:
-                sys.stderr.write(proc.stderr[-4000:])
-                raise SystemExit(f"tp {tp} failed (exit {proc.returncode})")
-            result = json.loads(lines[-1].removeprefix("RESULT ")) | {"round": round_index}
+            result = run_child(__file__, str(tp)) | {"round": round_index}
             runs[tp].append(result)
             print(json.dumps(result), flush=True)
     medians = {tp: statistics.median(r["tokens_per_s"] for r in runs[tp]) for tp in sizes}

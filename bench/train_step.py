@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -30,7 +29,7 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import bench_model, default_dtype
+from common import bench_model, default_dtype, run_child
 
 WARMUP = 2
 
@@ -126,13 +125,7 @@ def main() -> int:
         print("RESULT " + json.dumps(child(args, args.child)), flush=True)
         return 0
     for config in args.configs.split(","):
-        cmd = [sys.executable, __file__, *sys.argv[1:], "--child", config]
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
-        if proc.returncode or not lines:
-            sys.stderr.write(proc.stderr[-4000:])
-            raise SystemExit(f"config {config} failed (exit {proc.returncode})")
-        print(lines[-1].removeprefix("RESULT "), flush=True)
+        print(json.dumps(run_child(__file__, config)), flush=True)
     return 0
 
 
