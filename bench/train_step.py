@@ -2,16 +2,17 @@
 engine, by ZeRO stage; JSON lines.
 
     .venv/bin/python bench/train_step.py [--size L] [--rows 32] [--tokens 76] [--steps 6]
-        [--configs 0,1,1-fp32,2] [--dtype fp32|bf16 (default: by CPU flags)]
+        [--configs 0,0-ds,1,1-fp32,2] [--dtype fp32|bf16 (default: by CPU flags)]
 
 The engine is the trainer's (`strategy.init_train_engine`'s config, optimizer and schedule,
 one rank over gloo) on the random-init Llama of `bench/ppo_step.py`, trained on one micro-batch of
 `--rows` x `--tokens` random tokens with a next-token log-likelihood loss: the shape of a
 size-L GRPO step's update (32 samples of 12 prompt + 64 response tokens), without the policy
 loss's extra elementwise work. A config is a ZeRO stage, `-fp32` adding fp32 gradient
-accumulation (which is what makes DeepSpeed pick its `BF16_Optimizer` at stage 1; at stage 0
-with bf16 it wraps the optimizer in `FP16_UnfusedOptimizer`). Each config runs in its own
-process; printed per config: the optimizer class DeepSpeed chose and the best and every
+accumulation (which is what makes DeepSpeed pick its `BF16_Optimizer` at stage 1), `-ds` at
+stage 0 the bf16 path the trainer used before its own `MasterWeightAdamW` (DeepSpeed's bf16
+mode, which wraps torch's fused AdamW in `FP16_UnfusedOptimizer`). Each config runs in its own
+process; printed per config: the optimizer class the engine steps with and the best and every
 measured time of each phase (the first two steps are warm-up).
 """
 
@@ -51,7 +52,7 @@ def child(args: argparse.Namespace, config: str) -> dict[str, Any]:
         os.environ.setdefault(name, value)
     dist.init_process_group("gloo", rank=0, world_size=1)
     torch.set_num_threads(os.cpu_count() or 1)
-    stage, _, accumulation = config.partition("-")
+    stage, _, variant = config.partition("-")
     bf16 = args.dtype == "bf16"
     t = TrainingConfig.model_validate(
         {
@@ -68,9 +69,16 @@ def child(args: argparse.Namespace, config: str) -> dict[str, Any]:
     model.train()
     # As `strategy.init_train_engine`, with the gradient accumulation dtype the config asks.
     ds_config = strategy.train_config(t, 1, on_gpu=False)
-    if accumulation:
-        ds_config["data_types"] = {"grad_accum_dtype": accumulation}
-    optimizer = strategy.build_optimizer(model, t, 1e-5, on_gpu=False)
+    if variant == "fp32":
+        ds_config["data_types"] = {"grad_accum_dtype": variant}
+    if variant == "ds":  # DeepSpeed's own bf16 mode around torch's fused AdamW
+        ds_config |= {"bf16": {"enabled": bf16}, "gradient_clipping": t.max_grad_norm}
+        ds_config.pop("communication_data_type", None)
+        optimizer = torch.optim.AdamW(
+            model.parameters(), lr=1e-5, betas=t.adam_betas, weight_decay=t.weight_decay, fused=True
+        )
+    else:
+        optimizer = strategy.build_optimizer(model, t, 1e-5, on_gpu=False)
     engine, _, _, _ = deepspeed.initialize(
         model=model,
         optimizer=optimizer,
@@ -113,7 +121,7 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=32)
     parser.add_argument("--tokens", type=int, default=76)
     parser.add_argument("--steps", type=int, default=6)
-    parser.add_argument("--configs", default="0,1,1-fp32,2")
+    parser.add_argument("--configs", default="0,0-ds,1,1-fp32,2")
     parser.add_argument("--dtype", choices=["fp32", "bf16"], help="Default: by CPU flags.")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()

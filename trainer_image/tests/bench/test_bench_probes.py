@@ -92,7 +92,8 @@ def test_phase_floors(dtype: str, old_logps: bool, expected: tuple[float, ...]) 
 
 
 def test_train_step_times_each_phase_by_zero_stage() -> None:
-    argv = ["--size", "tiny", "--configs", "0,2", "--steps", "1", "--rows", "2", "--tokens", "8"]
+    argv = ["--size", "tiny", "--configs", "0,0-ds,2", "--steps", "1", "--rows", "2"]
+    argv += ["--tokens", "8"]
     proc = subprocess.run(
         [sys.executable, str(BENCH / "train_step.py"), *argv, "--dtype", "bf16"],
         capture_output=True,
@@ -103,8 +104,9 @@ def test_train_step_times_each_phase_by_zero_stage() -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = [json.loads(line) for line in proc.stdout.splitlines()]
     runs = {x["config"]: x for x in lines if "config" in x}
-    # bf16 at stage 0 is DeepSpeed's unfused wrapper; stage 2 its ZeRO optimizer.
-    assert runs["0"]["optimizer"] == "FP16_UnfusedOptimizer"
+    # bf16 at stage 0 is ours; `-ds` DeepSpeed's unfused wrapper; stage 2 its ZeRO optimizer.
+    assert runs["0"]["optimizer"] == "MasterWeightAdamW"
+    assert runs["0-ds"]["optimizer"] == "FP16_UnfusedOptimizer"
     assert runs["2"]["optimizer"] == "DeepSpeedZeroOptimizer"
     for run in runs.values():
         assert set(run["best_s"]) == {"forward", "backward", "step"}

@@ -73,6 +73,29 @@ def test_train_config(
     assert "optimizer" not in cfg
 
 
+@pytest.mark.parametrize("on_gpu", [False, True])
+def test_zero0_bf16_leaves_precision_and_clipping_to_master_adamw(on_gpu: bool) -> None:
+    from rlhf_trainer.distributed.master_adamw import MasterWeightAdamW
+    from rlhf_trainer.distributed.strategy import build_optimizer
+
+    t = training(zeroStage=0, weightDecay=0.01)
+    cfg = train_config(t, 2, on_gpu=on_gpu)
+    assert cfg["bf16"] == {"enabled": False} and cfg["gradient_clipping"] == 0.0
+    assert cfg["communication_data_type"] == "bf16"
+    model = torch.nn.Linear(4, 3)
+    optimizer = build_optimizer(model, t, 1e-3, on_gpu=on_gpu)
+    assert isinstance(optimizer, MasterWeightAdamW) and optimizer.max_grad_norm == 1.0
+    assert model.weight.dtype is torch.bfloat16
+    assert optimizer.param_groups[0]["betas"] == t.adam_betas
+    assert optimizer.param_groups[0]["weight_decay"] == 0.01
+    # fp32 jobs, ZeRO stages 1-3 and Adam offload on GPUs keep DeepSpeed's own paths.
+    for other, gpu in (({"bf16": False}, on_gpu), ({"zeroStage": 1}, on_gpu)):
+        assert train_config(training(**other), 2, on_gpu=gpu)["gradient_clipping"] == 1.0
+    offload = training(zeroStage=0, adamOffload=True)
+    assert train_config(offload, 2, on_gpu=True)["bf16"]["enabled"] is True
+    assert train_config(offload, 2, on_gpu=False)["bf16"]["enabled"] is False
+
+
 def test_frozen_models_are_sharded_only_with_zero3() -> None:
     assert eval_config(training(), 2)["zero_optimization"]["stage"] == 0
     assert eval_config(training(zeroStage=3), 2)["zero_optimization"]["stage"] == 3

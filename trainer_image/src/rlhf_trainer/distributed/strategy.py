@@ -3,7 +3,9 @@
 On CPU, DeepSpeed picks its CPU accelerator and gloo by itself. The optimizer is always handed
 to DeepSpeed as an instance (torch AdamW, or DeepSpeedCPUAdam for Adam offload on GPUs): a
 config-declared optimizer would JIT-build `fused_adam`/`cpu_adam` (~45 s each on 2 cores) and
-on CPU the offload is a no-op anyway, since the states already live in host memory.
+on CPU the offload is a no-op anyway, since the states already live in host memory. At ZeRO
+stage 0 in bf16 it is our `MasterWeightAdamW`, which keeps the fp32 masters DeepSpeed's bf16
+mode would otherwise keep in its slower unfused wrapper (master_adamw.py).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import torch
 from torch import nn
 
 from rlhf_trainer.config import LRScheduler, TrainingConfig
+
+from .master_adamw import MasterWeightAdamW, cast_parameters
 
 # ZeRO-3 keeps parameters below this many elements on every rank (cheap to replicate, and
 # gathering them one by one would cost more than they save).
@@ -54,16 +58,28 @@ def zero_section(t: TrainingConfig, *, offload_optimizer: bool) -> dict[str, Any
     return section
 
 
+def uses_master_adamw(t: TrainingConfig, *, on_gpu: bool) -> bool:
+    """ZeRO stage 0 in bf16 trains through our `MasterWeightAdamW` (fp32 masters, clipping and
+    the update in one fused pass) instead of DeepSpeed's unfused bf16 wrapper: DeepSpeed then
+    sees plain parameters (its bf16 mode off), which we cast ourselves."""
+    return t.bf16 and t.zero_stage == 0 and not (t.adam_offload and on_gpu)
+
+
 def train_config(t: TrainingConfig, world_size: int, *, on_gpu: bool) -> dict[str, Any]:
     """The DeepSpeed config of a trained role (actor or critic)."""
     accumulation = gradient_accumulation(t.train_batch_size, t.micro_train_batch_size, world_size)
+    own_precision = uses_master_adamw(t, on_gpu=on_gpu)
+    precision: dict[str, Any] = {"bf16": {"enabled": t.bf16 and not own_precision}}
+    if own_precision:
+        # Our optimizer clips (it has the norm anyway); gradients still cross ranks in bf16.
+        precision |= {"gradient_clipping": 0.0, "communication_data_type": "bf16"}
     return {
         "train_micro_batch_size_per_gpu": t.micro_train_batch_size,
         "gradient_accumulation_steps": accumulation,
         "train_batch_size": t.micro_train_batch_size * accumulation * world_size,
         "gradient_clipping": t.max_grad_norm,
         "zero_optimization": zero_section(t, offload_optimizer=t.adam_offload and on_gpu),
-        "bf16": {"enabled": t.bf16},
+        **precision,
         # A torch optimizer instance is what we pass on CPU even with adamOffload set.
         "zero_force_ds_cpu_optimizer": False,
         "zero_allow_untested_optimizer": True,
@@ -127,6 +143,18 @@ def build_optimizer(
             params, lr=lr, betas=t.adam_betas, weight_decay=t.weight_decay
         )
         return offloaded
+    if uses_master_adamw(t, on_gpu=on_gpu):
+        # Masters copied from the weights as loaded (fp32 for a random init), then the weights
+        # cast to bf16 as DeepSpeed's bf16 mode would: floating parameters only, buffers kept.
+        master = MasterWeightAdamW(
+            params,
+            lr=lr,
+            betas=t.adam_betas,
+            weight_decay=t.weight_decay,
+            max_grad_norm=t.max_grad_norm,
+        )
+        cast_parameters(model, torch.bfloat16)
+        return master
     # The fused kernel (CPU and CUDA; what transformers' Trainer, hence TRL, uses by default):
     # the same AdamW update in one pass over each tensor. On CPU the per-tensor loop took
     # ~5x longer for a 91M-parameter model (bench/ppo_step.py size L: seconds per step).

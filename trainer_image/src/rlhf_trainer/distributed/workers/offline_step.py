@@ -32,6 +32,7 @@ from rlhf_trainer.objectives.offline import (
     sft_objective,
 )
 
+from ..strategy import uses_master_adamw
 from .trained import TrainedRank
 
 DIVERGED = (
@@ -70,7 +71,7 @@ class OfflineStep:
             loss, stats = self.objective(part)
             worker.check_finite(loss, f"the {self.spec.algorithm.value}", step, DIVERGED)
             engine.backward(loss)
-            if start + micro >= rows and worker.settings.job.training.zero_stage == 0:
+            if start + micro >= rows and self._norm_unreported():
                 dense_norm = self._dense_grad_norm()
             engine.step()
             for key, value in stats.items():
@@ -86,12 +87,18 @@ class OfflineStep:
         out["lr"] = lr
         return out
 
+    def _norm_unreported(self) -> bool:
+        """ZeRO-0 without bf16: DeepSpeed steps the plain optimizer and reports no norm (with
+        bf16, `MasterWeightAdamW` does)."""
+        settings = self.worker.settings
+        t = settings.job.training
+        return t.zero_stage == 0 and not uses_master_adamw(t, on_gpu=settings.on_gpu)
+
     def _dense_grad_norm(self) -> float | None:
         """Global gradient norm before clipping, for ZeRO-0, where DeepSpeed does not report
         it: after the boundary's backward every rank holds the all-reduced gradients."""
         params = self.worker.engine.parameters()
         norms = [p.grad.detach().float().norm() for p in params if p.grad is not None]
-        # None where the gradients live elsewhere (e.g. bf16's fp32 master copies).
         return float(torch.stack(norms).norm()) if norms else None
 
     def objective(self, part: dict[str, Tensor]) -> tuple[Tensor, Stats]:
