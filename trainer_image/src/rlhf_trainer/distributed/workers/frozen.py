@@ -24,6 +24,7 @@ class ReferenceWorker(RankBase):
         from rlhf_trainer.models.loading import load_causal_lm
 
         model = load_causal_lm(self.settings.model_dir, self.dtype, self.load_options())
+        self.use_cpu_kernels(model)
         self.model = init_eval_engine(
             model, self.settings.job.training, self.world_size, self.device
         )
@@ -47,6 +48,7 @@ class RewardModelWorker(RankBase):
         from rlhf_trainer.models.loading import load_value_model
 
         model = load_value_model(self.settings.model_dir, self.dtype, self.load_options())
+        self.use_cpu_kernels(model)
         self.model = init_eval_engine(
             model, self.settings.job.training, self.world_size, self.device
         )
@@ -84,6 +86,7 @@ class ProcessRewardWorker(RankBase):
         self.tokenizer = load_tokenizer(self.settings.model_dir, options)
         self.ids = step_ids(self.tokenizer, process, f"models.rewardModels[{index}].process")
         model = load_causal_lm(self.settings.model_dir, self.dtype, options)
+        self.use_cpu_kernels(model)
         self.model = init_eval_engine(
             model, self.settings.job.training, self.world_size, self.device
         )

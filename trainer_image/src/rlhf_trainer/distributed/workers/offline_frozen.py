@@ -28,6 +28,7 @@ class OfflineReferenceRank(RankBase):
 
         self.spec = offline_spec(self.settings.job)
         model = load_causal_lm(self.settings.model_dir, self.dtype, self.load_options())
+        self.use_cpu_kernels(model)
         self.model = init_eval_engine(
             model, self.settings.job.training, self.world_size, self.device
         )

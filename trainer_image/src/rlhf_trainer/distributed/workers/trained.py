@@ -57,6 +57,7 @@ class TrainedRank(RankBase):
             model = load_trainable_causal_lm(
                 self.settings.model_dir, t, self.load_options(), self.device
             )
+        self.use_cpu_kernels(model)
         if t.compile:
             model.compile()  # in place: DeepSpeed's engine calls the compiled module
         optim = OptimSpec(learning_rate, self.settings.total_optimizer_steps)
