@@ -129,6 +129,23 @@ def test_a_checkpoint_of_another_model_is_refused() -> None:
         other.load_state_dict(optimizer.state_dict())
 
 
+def test_strided_gradients_are_read_and_strided_parameters_refused(small_chunks: None) -> None:
+    ours, reference = fp32_params(), fp32_params()
+    optimizer = MasterWeightAdamW(ours, lr=1e-2)
+    torch_adamw = torch.optim.AdamW(reference, lr=1e-2, weight_decay=0.0)
+    for p, r, g in zip(ours, reference, bf16_grads(0, 1.0), strict=True):
+        # A transposed copy viewed back: same values, other strides.
+        p.grad = g.float().t().contiguous().t() if g.dim() == 2 else g.float()
+        r.grad = g.float()
+    assert not ours[0].grad.is_contiguous()
+    optimizer.step()
+    torch_adamw.step()
+    for p, r in zip(ours, reference, strict=True):
+        torch.testing.assert_close(p, r)
+    with pytest.raises(ValueError, match="needs contiguous parameters; got one of shape"):
+        MasterWeightAdamW([torch.nn.Parameter(torch.randn(4, 3).t())], lr=1e-2)
+
+
 def test_cast_parameters_keeps_the_objects_and_the_buffers() -> None:
     model = torch.nn.Linear(3, 2)
     model.register_buffer("inv_freq", torch.ones(2))

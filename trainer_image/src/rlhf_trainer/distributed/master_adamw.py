@@ -10,7 +10,9 @@ to torch's fused AdamW kernel as its `grad_scale` (the kernel divides each gradi
 it updates). Size L (91M parameters, bf16, 2 cores; `bench/train_step.py --configs 0,0-ds`):
 0.171 s a step under DeepSpeed's wrapper, 0.102 s here.
 
-The update is the same arithmetic: AdamW on fp32 masters, gradients clipped to `max_grad_norm`
+The update is the same arithmetic (masters copied from the weights before they are cast to
+bf16, where DeepSpeed copied the cast ones: a random init keeps its fp32 values): AdamW on fp32
+masters, gradients clipped to `max_grad_norm`
 by `max / (norm + 1e-6)` when above it, bf16 weights rounded from the masters after each step; a
 step whose gradient norm is not finite is skipped (`overflow`, which the DeepSpeed engine reads
 to leave its step counter and the schedule alone). The checkpoint is a torch optimizer state
@@ -59,6 +61,11 @@ class MasterWeightAdamW(torch.optim.Optimizer):
         self.overflow = False
         self._global_grad_norm: float | None = None
         for p in self._params():
+            if not p.is_contiguous():  # the update works on flat views of each parameter
+                raise ValueError(
+                    f"MasterWeightAdamW needs contiguous parameters; got one of shape "
+                    f"{tuple(p.shape)} with strides {p.stride()}"
+                )
             self.state[p] = {
                 "step": torch.zeros((), dtype=torch.float32, device=p.device),
                 "master": p.detach().to(torch.float32, copy=True),
@@ -165,7 +172,7 @@ class MasterWeightAdamW(torch.optim.Optimizer):
                 target.zero_()
             else:
                 targets.append(target)
-                sources.append(p.grad.view(-1)[start:end])
+                sources.append(p.grad.reshape(-1)[start:end])  # a view unless strided
         if targets:
             torch._foreach_copy_(targets, sources)
         return flat
