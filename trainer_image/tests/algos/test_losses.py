@@ -16,6 +16,7 @@ from rlhf_trainer.algos.losses import (
     dpo_loss,
     entropy_from_logits,
     kto_loss,
+    log_probs_and_entropy,
     log_probs_from_logits,
     pairwise_rm_loss,
     ppo_policy_loss,
@@ -233,6 +234,35 @@ def test_log_probs_from_logits_matches_log_softmax_loop() -> None:
             if labels[b, t] >= 0:
                 want = torch.log_softmax(logits[b, t], -1)[labels[b, t]]
                 assert result[b, t].item() == pytest.approx(want.item(), rel=1e-12)
+
+
+@pytest.mark.parametrize("entropy_grad", [False, True], ids=["entropy-statistic", "entropy-bonus"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_log_probs_and_entropy_equal_the_two_functions(
+    entropy_grad: bool, dtype: torch.dtype
+) -> None:
+    """Values, and the gradient of a loss over both (the entropy's only with `entropy_grad`)."""
+    generator = torch.Generator().manual_seed(5)
+    logits = (torch.randn(2, 4, 7, generator=generator) * 3).to(dtype)
+    labels = torch.tensor([[0, 6, 3, -100], [2, 2, 5, 1]])
+    mask = labels >= 0
+    results = []
+    for combined in (True, False):
+        z = logits.clone().requires_grad_()
+        if combined:
+            logp, entropy = log_probs_and_entropy(z, labels, mask, entropy_grad=entropy_grad)
+        else:
+            logp = log_probs_from_logits(z, labels)
+            entropy = entropy_from_logits(z if entropy_grad else z.detach(), mask)
+        assert entropy.requires_grad is entropy_grad
+        (logp.where(mask, 0.0).sum() + entropy.sum()).backward()
+        results.append((logp.where(mask, 0.0), entropy, z.grad))
+    # Both compute in fp32; a bf16 gradient of the logits then rounds to one bf16 step.
+    tolerance = 1e-5 if dtype == torch.float32 else 1e-2
+    for ours, theirs in zip(*results, strict=True):
+        torch.testing.assert_close(ours, theirs, rtol=tolerance, atol=tolerance)
+    with pytest.raises(ValueError, match="labels must be an integer tensor of shape"):
+        log_probs_and_entropy(logits, labels.float(), mask)
 
 
 def test_sft_loss_equals_cross_entropy_with_ignored_padding() -> None:

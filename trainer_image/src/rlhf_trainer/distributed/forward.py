@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from rlhf_trainer.algos.losses import entropy_from_logits, log_probs_from_logits
+from rlhf_trainer.algos.losses import log_probs_and_entropy, log_probs_from_logits
 from rlhf_trainer.models.packing import causal_lm_logits, token_values
 
 # `[B, L]` tensors over the whole sequence; every other 2-D tensor is `[B, R]` per action.
@@ -78,12 +78,11 @@ def action_log_probs(
     response = batch["action_mask"].shape[1]
     logits = response_logits(model, batch, temperature, packed=packed)
     labels = batch["input_ids"][:, -response:]
-    logp = log_probs_from_logits(logits, labels)
-    entropy = None
     if with_entropy:
-        source = logits if entropy_grad else logits.detach()
-        entropy = entropy_from_logits(source, batch["action_mask"])
-    return logp, entropy
+        return log_probs_and_entropy(
+            logits, labels, batch["action_mask"], entropy_grad=entropy_grad
+        )
+    return log_probs_from_logits(logits, labels), None
 
 
 def action_values(model: nn.Module, batch: dict[str, Tensor], *, packed: bool = False) -> Tensor:
