@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -83,15 +84,32 @@ def require_trl() -> None:
         ) from err
 
 
+RESULT_PREFIX = "RESULT "
+
+
+def child_main(args: Any, bench: str, child: Callable[..., dict[str, Any]]) -> bool:
+    """The per-configuration half of `run_child`: `--dtype` resolved by the CPU flags when not
+    given (the parent prints which and why, once), and with `--child` this process's one
+    configuration run and printed as the line `run_child` reads. True when it was a child."""
+    if args.dtype is None:
+        args.dtype, why = default_dtype()
+        if not args.child:
+            print(json.dumps({"bench": bench, "dtype": args.dtype, "why": why}), flush=True)
+    if not args.child:
+        return False
+    print(RESULT_PREFIX + json.dumps(child(args, args.child)), flush=True)
+    return True
+
+
 def run_child(script: str, child: str) -> dict[str, Any]:
     """`script` run again with this process's arguments and `--child CHILD`, in a fresh process
     (so no configuration's start-up or threads overlap another's): the JSON it prints after
     `RESULT `; its stderr's tail and an exit where it fails."""
     cmd = [sys.executable, script, *sys.argv[1:], "--child", child]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+    lines = [x for x in proc.stdout.splitlines() if x.startswith(RESULT_PREFIX)]
     if proc.returncode or not lines:
         sys.stderr.write(proc.stderr[-4000:])
         raise SystemExit(f"--child {child} failed (exit {proc.returncode})")
-    result: dict[str, Any] = json.loads(lines[-1].removeprefix("RESULT "))
+    result: dict[str, Any] = json.loads(lines[-1].removeprefix(RESULT_PREFIX))
     return result

@@ -33,7 +33,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import SIZES, bench_model, default_dtype, run_child
+from common import SIZES, bench_model, child_main, run_child
 
 
 def child(args: argparse.Namespace, tp: int) -> dict[str, Any]:
@@ -115,12 +115,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3, help="Interleaved rounds.")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.dtype is None:
-        args.dtype, why = default_dtype()
-        if not args.child:
-            print(json.dumps({"bench": "engine_tp", "dtype": args.dtype, "why": why}), flush=True)
-    if args.child:
-        print("RESULT " + json.dumps(child(args, args.child)), flush=True)
+    if child_main(args, "engine_tp", child):
         return 0
     sizes = [int(x) for x in args.tp.split(",")]
     runs: dict[int, list[dict[str, Any]]] = {tp: [] for tp in sizes}

@@ -32,7 +32,7 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import bench_model, default_dtype, run_child
+from common import bench_model, child_main, run_child
 
 WARMUP = 2
 
@@ -130,12 +130,7 @@ def main() -> int:
     parser.add_argument("--dtype", choices=["fp32", "bf16"], help="Default: by CPU flags.")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.dtype is None:
-        args.dtype, why = default_dtype()
-        if not args.child:
-            print(json.dumps({"bench": "train_step", "dtype": args.dtype, "why": why}), flush=True)
-    if args.child:
-        print("RESULT " + json.dumps(child(args, args.child)), flush=True)
+    if child_main(args, "train_step", child):
         return 0
     for config in args.configs.split(","):
         print(json.dumps(run_child(__file__, config)), flush=True)

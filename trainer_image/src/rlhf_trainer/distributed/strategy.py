@@ -135,6 +135,9 @@ def build_scheduler(
 def build_optimizer(
     model: nn.Module, t: TrainingConfig, lr: float, *, on_gpu: bool
 ) -> torch.optim.Optimizer:
+    """The optimizer of `model`'s trainable parameters. At ZeRO-0 in bf16 this also casts the
+    model's parameters to bf16, after `MasterWeightAdamW` has copied them (fp32 masters from
+    the weights as loaded, not from their bf16 rounding)."""
     params = [p for p in model.parameters() if p.requires_grad]
     if t.adam_offload and on_gpu:
         from deepspeed.ops.adam import DeepSpeedCPUAdam
@@ -144,8 +147,8 @@ def build_optimizer(
         )
         return offloaded
     if uses_master_adamw(t, on_gpu=on_gpu):
-        # Masters copied from the weights as loaded (fp32 for a random init), then the weights
-        # cast to bf16 as DeepSpeed's bf16 mode would: floating parameters only, buffers kept.
+        # Then the weights cast to bf16 as DeepSpeed's bf16 mode would: floating parameters
+        # only, buffers kept.
         master = MasterWeightAdamW(
             params,
             lr=lr,

