@@ -75,7 +75,8 @@ def test_train_config(
 
 
 @pytest.mark.parametrize("on_gpu", [False, True])
-def test_zero0_bf16_leaves_precision_and_clipping_to_master_adamw(on_gpu: bool) -> None:
+def test_zero0_leaves_clipping_to_our_optimizers(on_gpu: bool) -> None:
+    from rlhf_trainer.distributed.clipped_adamw import ClippedAdamW
     from rlhf_trainer.distributed.master_adamw import MasterWeightAdamW
     from rlhf_trainer.distributed.strategy import build_optimizer
 
@@ -89,9 +90,15 @@ def test_zero0_bf16_leaves_precision_and_clipping_to_master_adamw(on_gpu: bool) 
     assert model.weight.dtype is torch.bfloat16
     assert optimizer.param_groups[0]["betas"] == t.adam_betas
     assert optimizer.param_groups[0]["weight_decay"] == 0.01
-    # fp32 jobs, ZeRO stages 1-3 and Adam offload on GPUs keep DeepSpeed's own paths.
-    for other, gpu in (({"bf16": False}, on_gpu), ({"zeroStage": 1}, on_gpu)):
-        assert train_config(training(**other), 2, on_gpu=gpu)["gradient_clipping"] == 1.0
+    # fp32 at stage 0: torch's fused AdamW clipping itself, DeepSpeed's clipping off.
+    fp32 = training(zeroStage=0, bf16=False)
+    fp32_cfg = train_config(fp32, 2, on_gpu=on_gpu)
+    assert fp32_cfg["gradient_clipping"] == 0.0 and fp32_cfg["bf16"] == {"enabled": False}
+    assert "communication_data_type" not in fp32_cfg
+    clipped = build_optimizer(torch.nn.Linear(4, 3), fp32, 1e-3, on_gpu=on_gpu)
+    assert isinstance(clipped, ClippedAdamW) and clipped.max_grad_norm == 1.0
+    # ZeRO stages 1-3 and Adam offload on GPUs keep DeepSpeed's own paths.
+    assert train_config(training(zeroStage=1), 2, on_gpu=on_gpu)["gradient_clipping"] == 1.0
     offload = training(zeroStage=0, adamOffload=True)
     assert train_config(offload, 2, on_gpu=True)["bf16"]["enabled"] is True
     assert train_config(offload, 2, on_gpu=False)["bf16"]["enabled"] is False

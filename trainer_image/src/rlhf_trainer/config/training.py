@@ -113,7 +113,13 @@ class TrainingConfig(ConfigModel):
     )
 
     # DeepSpeed strategy.
-    zero_stage: int = Field(2, ge=0, le=3, description="DeepSpeed ZeRO stage.")
+    zero_stage: int = Field(
+        2,
+        ge=0,
+        le=3,
+        description="DeepSpeed ZeRO stage. A role trained on one rank runs stages 1 and 2 as "
+        "stage 0 (they would partition over a group of one), except with adamOffload on GPUs.",
+    )
     bf16: bool = True
     adam_offload: bool = Field(False, description="Offload Adam states to CPU memory.")
     ref_reward_offload: bool = Field(False, description="Offload frozen reference/reward models.")

@@ -19,6 +19,7 @@ from torch import nn
 
 from rlhf_trainer.config import LRScheduler, TrainingConfig
 
+from .clipped_adamw import ClippedAdamW
 from .master_adamw import MasterWeightAdamW, cast_parameters
 
 # ZeRO-3 keeps parameters below this many elements on every rank (cheap to replicate, and
@@ -58,11 +59,17 @@ def zero_section(t: TrainingConfig, *, offload_optimizer: bool) -> dict[str, Any
     return section
 
 
+def clips_itself(t: TrainingConfig, *, on_gpu: bool) -> bool:
+    """ZeRO stage 0 steps our own optimizers, which clip and report the gradient norm:
+    `MasterWeightAdamW` in bf16, `ClippedAdamW` in fp32 (GPU Adam offload is refused at 0)."""
+    return t.zero_stage == 0 and not (t.adam_offload and on_gpu)
+
+
 def uses_master_adamw(t: TrainingConfig, *, on_gpu: bool) -> bool:
     """ZeRO stage 0 in bf16 trains through our `MasterWeightAdamW` (fp32 masters, clipping and
     the update in one fused pass) instead of DeepSpeed's unfused bf16 wrapper: DeepSpeed then
     sees plain parameters (its bf16 mode off), which we cast ourselves."""
-    return t.bf16 and t.zero_stage == 0 and not (t.adam_offload and on_gpu)
+    return t.bf16 and clips_itself(t, on_gpu=on_gpu)
 
 
 def train_config(t: TrainingConfig, world_size: int, *, on_gpu: bool) -> dict[str, Any]:
@@ -70,9 +77,10 @@ def train_config(t: TrainingConfig, world_size: int, *, on_gpu: bool) -> dict[st
     accumulation = gradient_accumulation(t.train_batch_size, t.micro_train_batch_size, world_size)
     own_precision = uses_master_adamw(t, on_gpu=on_gpu)
     precision: dict[str, Any] = {"bf16": {"enabled": t.bf16 and not own_precision}}
+    if clips_itself(t, on_gpu=on_gpu):
+        precision["gradient_clipping"] = 0.0  # our optimizer clips (it takes the norm anyway)
     if own_precision:
-        # Our optimizer clips (it has the norm anyway); gradients still cross ranks in bf16.
-        precision |= {"gradient_clipping": 0.0, "communication_data_type": "bf16"}
+        precision["communication_data_type"] = "bf16"  # gradients still cross ranks in bf16
     return {
         "train_micro_batch_size_per_gpu": t.micro_train_batch_size,
         "gradient_accumulation_steps": accumulation,
@@ -158,6 +166,14 @@ def build_optimizer(
         )
         cast_parameters(model, torch.bfloat16)
         return master
+    if clips_itself(t, on_gpu=on_gpu):  # fp32 at stage 0: fused AdamW, clipped by itself
+        return ClippedAdamW(
+            params,
+            lr=lr,
+            betas=t.adam_betas,
+            weight_decay=t.weight_decay,
+            max_grad_norm=t.max_grad_norm,
+        )
     # The fused kernel (CPU and CUDA; what transformers' Trainer, hence TRL, uses by default):
     # the same AdamW update in one pass over each tensor. On CPU the per-tensor loop took
     # ~5x longer for a 91M-parameter model (bench/ppo_step.py size L: seconds per step).

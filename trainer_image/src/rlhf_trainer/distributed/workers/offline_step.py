@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-import torch
 from torch import Tensor
 
 from rlhf_trainer.objectives.collate import trim_right
@@ -32,7 +31,6 @@ from rlhf_trainer.objectives.offline import (
     sft_objective,
 )
 
-from ..strategy import uses_master_adamw
 from .trained import TrainedRank
 
 DIVERGED = (
@@ -63,7 +61,6 @@ class OfflineStep:
         engine.train()
         totals: dict[str, float] = defaultdict(float)
         counts: dict[str, int] = defaultdict(int)
-        dense_norm = None
         for start in range(0, rows, micro):
             part = worker.to_device(
                 trim_right({k: v[start : start + micro] for k, v in shard.items()})
@@ -71,8 +68,6 @@ class OfflineStep:
             loss, stats = self.objective(part)
             worker.check_finite(loss, f"the {self.spec.algorithm.value}", step, DIVERGED)
             engine.backward(loss)
-            if start + micro >= rows and self._norm_unreported():
-                dense_norm = self._dense_grad_norm()
             engine.step()
             for key, value in stats.items():
                 number = float(value)
@@ -80,26 +75,12 @@ class OfflineStep:
                     totals[key] += number
                     counts[key] += 1
         out = {key: totals[key] / counts[key] for key in totals}
+        # Every optimizer the engine steps reports it (at stage 0 ours: strategy.clips_itself).
         grad_norm = engine.get_global_grad_norm()
-        grad_norm = dense_norm if grad_norm is None else grad_norm
         if grad_norm is not None:
             out["grad_norm"] = float(grad_norm)
         out["lr"] = lr
         return out
-
-    def _norm_unreported(self) -> bool:
-        """ZeRO-0 without bf16: DeepSpeed steps the plain optimizer and reports no norm (with
-        bf16, `MasterWeightAdamW` does)."""
-        settings = self.worker.settings
-        t = settings.job.training
-        return t.zero_stage == 0 and not uses_master_adamw(t, on_gpu=settings.on_gpu)
-
-    def _dense_grad_norm(self) -> float | None:
-        """Global gradient norm before clipping, for ZeRO-0, where DeepSpeed does not report
-        it: after the boundary's backward every rank holds the all-reduced gradients."""
-        params = self.worker.engine.parameters()
-        norms = [p.grad.detach().float().norm() for p in params if p.grad is not None]
-        return float(torch.stack(norms).norm()) if norms else None
 
     def objective(self, part: dict[str, Tensor]) -> tuple[Tensor, Stats]:
         spec, algo = self.spec, self.worker.settings.job.algorithm

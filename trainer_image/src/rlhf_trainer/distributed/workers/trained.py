@@ -25,6 +25,7 @@ from rlhf_trainer.models.qlora import is_quantized_model
 
 from ..forward import trim_padding
 from ..strategy import OptimSpec, init_train_engine
+from ..zero_resume import load_engine_checkpoint, one_rank_training
 from .base import RankBase, count_params
 
 CHECKPOINT_TAG = "engine"
@@ -61,8 +62,10 @@ class TrainedRank(RankBase):
         if t.compile:
             model.compile()  # in place: DeepSpeed's engine calls the compiled module
         optim = OptimSpec(learning_rate, self.settings.total_optimizer_steps)
+        # One rank: ZeRO 1-2 partition over a group of one, so the engine runs stage 0.
+        engine_t = one_rank_training(t, self.world_size, on_gpu=self.settings.on_gpu)
         self.engine = init_train_engine(
-            model, t, optim, self.world_size, on_gpu=self.settings.on_gpu
+            model, engine_t, optim, self.world_size, on_gpu=self.settings.on_gpu
         )
         self.check_packing(self.engine, value_model=value_model)
         return count_params(model)
@@ -158,10 +161,10 @@ class TrainedRank(RankBase):
 
     def load_checkpoint(self, directory: str) -> None:
         path = Path(directory) / self.role
-        load_path, _ = self.engine.load_checkpoint(
-            str(path),
-            tag=CHECKPOINT_TAG,
-            load_optimizer_states=True,
+        load_path = load_engine_checkpoint(
+            self.engine,
+            path,
+            CHECKPOINT_TAG,
             load_lr_scheduler_states=True,
             # bitsandbytes saves each 4-bit weight's quantisation state as extra keys
             # (`weight.absmax`, `weight.quant_map`, ...) that torch's strict load calls
