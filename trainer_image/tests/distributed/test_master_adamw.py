@@ -4,11 +4,9 @@ its skipped steps, its checkpoints and the resume from one DeepSpeed's wrapper w
 from __future__ import annotations
 
 import io
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
+import one_gloo_rank
 import pytest
 import torch
 
@@ -155,35 +153,16 @@ def test_cast_parameters_keeps_the_objects_and_the_buffers() -> None:
     assert model.inv_freq.dtype is torch.float32
 
 
-RESUME_FROM_DEEPSPEEDS_WRAPPER = textwrap.dedent(
-    """
-    import json, os, socket, sys
-    import torch, torch.distributed as dist, deepspeed
+RESUME_FROM_DEEPSPEEDS_WRAPPER = """
+    import deepspeed
     from rlhf_trainer.config import TrainingConfig
     from rlhf_trainer.distributed import strategy
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0",
-                      LOCAL_RANK="0", WORLD_SIZE="1")
-    dist.init_process_group("gloo", rank=0, world_size=1)
     out = sys.argv[1]
     t = TrainingConfig.model_validate(
         {"trainBatchSize": 4, "microTrainBatchSize": 4, "zeroStage": 0, "bf16": True,
          "maxGradNorm": 0.5, "weightDecay": 0.01}
     )
-    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(0))
-
-    def model():
-        torch.manual_seed(0)
-        return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Linear(16, 4))
-
-    def train(engine, steps):
-        for _ in range(steps):
-            loss = engine(x.to(torch.bfloat16)).float().square().mean() * 100
-            engine.backward(loss)
-            engine.step()
 
     # The engine before MasterWeightAdamW: DeepSpeed's bf16 mode around torch's fused AdamW.
     old_config = strategy.train_config(t, 1, on_gpu=False)
@@ -194,15 +173,15 @@ RESUME_FROM_DEEPSPEEDS_WRAPPER = textwrap.dedent(
                               weight_decay=t.weight_decay, fused=True)
     old, _, _, _ = deepspeed.initialize(model=net, optimizer=adamw, config=old_config,
                                         dist_init_required=False)
-    train(old, 2)
+    train(old, 2, torch.bfloat16)
     old.save_checkpoint(out, tag="step2")
-    train(old, 1)
+    train(old, 1, torch.bfloat16)
 
     spec = strategy.OptimSpec(learning_rate=1e-2, total_optimizer_steps=10**6)
     new = strategy.init_train_engine(model(), t, spec, 1, on_gpu=False)
     new.lr_scheduler = None  # the old engine had none: compare the update alone
     new.load_checkpoint(out, tag="step2", load_lr_scheduler_states=False)
-    train(new, 1)
+    train(new, 1, torch.bfloat16)
     print(json.dumps({
         "old": type(old.optimizer).__name__,
         "new": type(new.optimizer).__name__,
@@ -217,24 +196,14 @@ RESUME_FROM_DEEPSPEEDS_WRAPPER = textwrap.dedent(
                                                         new.module.parameters())],
         "dtypes": sorted({str(p.dtype) for p in new.module.parameters()}),
     }))
-    """
-)
+"""
 
 
 def test_a_deepspeed_bf16_checkpoint_resumes_on_it(tmp_path: Path) -> None:
     """A stage-0 bf16 run checkpointed by DeepSpeed's wrapper resumes on our optimizer: the
     step after the resume is the one the old engine made (real DeepSpeed, one gloo rank), the
     old reducing its gradients over the one rank, the new not (`skip_lone_allreduce`)."""
-    proc = subprocess.run(
-        [sys.executable, "-c", RESUME_FROM_DEEPSPEEDS_WRAPPER, str(tmp_path / "ckpt")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    import json
-
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result = one_gloo_rank.run(RESUME_FROM_DEEPSPEEDS_WRAPPER, str(tmp_path / "ckpt"))
     assert result["old"] == "FP16_UnfusedOptimizer" and result["new"] == "MasterWeightAdamW"
     assert result["bf16_mode"] is False and result["dtypes"] == ["torch.bfloat16"]
     # The new engine skipped DeepSpeed's all-reduce over its one rank, and stepped the same.

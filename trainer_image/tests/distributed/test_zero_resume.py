@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import textwrap
 from collections import namedtuple
 from pathlib import Path
 
+import one_gloo_rank
 import pytest
 import torch
 
@@ -75,52 +72,31 @@ def test_a_partitioned_or_foreign_checkpoint_is_refused() -> None:
         stage0_optimizer_state(zero_state(), [("a", torch.Size([2, 3])), ("c", torch.Size([4]))])
 
 
-RESUME_AT_STAGE_0 = textwrap.dedent(
-    """
-    import json, os, socket, sys
-    from pathlib import Path
-    import torch, torch.distributed as dist
+RESUME_AT_STAGE_0 = """
     from rlhf_trainer.config import TrainingConfig
     from rlhf_trainer.distributed import strategy
     from rlhf_trainer.distributed.zero_resume import load_engine_checkpoint, one_rank_training
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0",
-                      LOCAL_RANK="0", WORLD_SIZE="1")
-    dist.init_process_group("gloo", rank=0, world_size=1)
     out, bf16 = Path(sys.argv[1]), sys.argv[2] == "bf16"
     dtype = torch.bfloat16 if bf16 else torch.float32
     t = TrainingConfig.model_validate(
         {"trainBatchSize": 4, "microTrainBatchSize": 4, "zeroStage": 2, "bf16": bf16,
          "maxGradNorm": 0.5, "weightDecay": 0.01}
     )
-    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(0))
     spec = strategy.OptimSpec(learning_rate=1e-2, total_optimizer_steps=100)
-
-    def model():
-        torch.manual_seed(0)
-        return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Linear(16, 4))
-
-    def train(engine, steps):
-        for _ in range(steps):
-            loss = engine(x.to(dtype)).float().square().mean() * 100
-            engine.backward(loss)
-            engine.step()
 
     # The engine one rank ran before: the job's stage 2.
     old = strategy.init_train_engine(model(), t, spec, 1, on_gpu=False)
-    train(old, 2)
+    train(old, 2, dtype)
     old.save_checkpoint(str(out), tag="engine")
-    train(old, 1)
+    train(old, 1, dtype)
 
     new = strategy.init_train_engine(model(), one_rank_training(t, 1, on_gpu=False), spec, 1,
                                      on_gpu=False)
     loaded = load_engine_checkpoint(new, out, "engine", load_lr_scheduler_states=True)
     steps_after_load = new.global_steps
     lr_after_load = new.lr_scheduler.get_last_lr()
-    train(new, 1)
+    train(new, 1, dtype)
     old_fp32 = old.optimizer.single_partition_of_fp32_groups[0]
     new_params = list(new.module.parameters())
     if type(new.optimizer).__name__ == "MasterWeightAdamW":
@@ -141,8 +117,7 @@ RESUME_AT_STAGE_0 = textwrap.dedent(
         "weights": max((a.float() - b.float()).abs().max().item()
                        for a, b in zip(old.module.parameters(), new_params)),
     }))
-    """
-)
+"""
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp32"])
@@ -151,14 +126,7 @@ def test_a_stage_2_checkpoint_of_one_rank_resumes_at_stage_0(
 ) -> None:
     """Real DeepSpeed on one gloo rank: a run checkpointed by its ZeRO-2 engine resumes on the
     stage-0 engine, and the step after the resume is the one the ZeRO-2 engine made."""
-    proc = subprocess.run(
-        [sys.executable, "-c", RESUME_AT_STAGE_0, str(tmp_path / "ckpt"), precision],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result = one_gloo_rank.run(RESUME_AT_STAGE_0, str(tmp_path / "ckpt"), precision)
     assert result["loaded"] and result["stages"] == [2, 0]
     assert result["optimizers"][0] == "DeepSpeedZeroOptimizer"
     expected = "MasterWeightAdamW" if precision == "bf16" else "ClippedAdamW"

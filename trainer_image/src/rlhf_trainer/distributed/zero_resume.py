@@ -28,6 +28,8 @@ from torch import Tensor
 
 from rlhf_trainer.config import TrainingConfig
 
+from .master_adamw import MasterWeightAdamW
+
 # DeepSpeed's names: the per-rank optimizer file of a ZeRO-1/2 checkpoint (a `bf16_` prefix
 # for its BF16_Optimizer) and the keys of the state it holds (deepspeed.checkpoint.constants).
 ZERO_OPTIMIZER_FILES = "*zero_pp_rank_*_optim_states.pt"
@@ -103,8 +105,6 @@ def load_stage0_optimizer(engine: Any, zero_file: Path) -> None:
     DeepSpeed loaded the checkpoint's module and schedule. `MasterWeightAdamW` takes the fp32
     copies as its masters (and its bf16 weights from them); a plain optimizer's fp32
     parameters take them as their values."""
-    from .master_adamw import MasterWeightAdamW
-
     saved = torch.load(zero_file, map_location="cpu", weights_only=False)
     named = [(n, p) for n, p in engine.module.named_parameters() if p.requires_grad]
     state, masters = stage0_optimizer_state(
