@@ -27,7 +27,7 @@ import torch
 import yaml
 from safetensors.torch import load_file
 from test_learning import first_and_last_fifth, grpo_manifest, run
-from test_resume import eval_data, kill_after_checkpoint
+from test_resume import eval_data, holding_reward, kill_after_checkpoint
 
 from conftest import (
     EXAMPLE,
@@ -105,19 +105,22 @@ def test_resume_with_async_rollout_reproduces_the_straight_run(
     steps = 6
     extra = eval_data(tmp_path) if dynamic else {}
     training = {**QUICK["training"], "maxSteps": steps, "deterministic": True}
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    checkpoint = resumed / "checkpoints" / "step-000003"
+    models, armed = holding_reward(tmp_path, checkpoint / "COMPLETE")
     path = job_file(
         algorithm={"name": "grpo", "normalizeReward": True, **extra.get("algorithm", {})},
+        models=models,
         rollout={**QUICK["rollout"], **ASYNC, **({"maxStaleness": 2} if dynamic else {})},
         training=training | extra.get("training", {}),
         checkpoint={"everySteps": steps // 2, "keep": 3},
         **({"data": extra["data"]} if dynamic else {}),
     )
-    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     finish(rlhf_run(path, straight))
 
+    armed.touch()
     first = rlhf_run(path, resumed)
-    checkpoint = resumed / "checkpoints" / "step-000003"
-    kill_after_checkpoint(first, checkpoint / "COMPLETE")
+    kill_after_checkpoint(first, checkpoint / "COMPLETE", armed)
     pending = json.loads((checkpoint / "pending_rollouts.json").read_text())["rollouts"]
     assert [r["step"] for r in pending] == ([4, 5] if dynamic else [4])
     if dynamic:  # scored by the producer: the resumed run must not score them again

@@ -10,12 +10,11 @@
 
 from __future__ import annotations
 
-import os
-import signal
 from pathlib import Path
 
 import pytest
 from test_learning import mean, run
+from test_resume import holding_reward, kill_after_checkpoint
 
 from conftest import (
     QUICK,
@@ -24,7 +23,6 @@ from conftest import (
     finish,
     read_metrics,
     rlhf_run,
-    wait_for_file,
 )
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "manifests" / "examples"
@@ -61,21 +59,23 @@ def test_resume_mid_run_reproduces_the_straight_run(
 ) -> None:
     # 4 rounds of 4 prompts x 4 samples, 2 passes over each round's selection.
     training = {**QUICK["training"], "trainBatchSize": 4, "microTrainBatchSize": 2}
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    half = ROUNDS // 2
+    marker = resumed / "checkpoints" / f"step-{half:06d}" / "COMPLETE"
+    models, armed = holding_reward(tmp_path, marker)
     path = job_file(
         algorithm=algorithm,
+        models=models,
         rollout={**QUICK["rollout"], "samplesPerPrompt": 4},
         training={**training, "epochs": 2, "maxSteps": ROUNDS, "deterministic": True},
         checkpoint={"everySteps": ROUNDS // 2, "keep": 3},
         placement={"colocateActorReference": True},
     )
-    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     finish(rlhf_run(path, straight))
 
+    armed.touch()
     first = rlhf_run(path, resumed)
-    half = ROUNDS // 2
-    wait_for_file(first, resumed / "checkpoints" / f"step-{half:06d}" / "COMPLETE")
-    os.killpg(first.pid, signal.SIGKILL)  # round 3 is being generated or trained
-    first.wait(timeout=60)
+    kill_after_checkpoint(first, marker, armed)  # round 3 is being generated or scored
     written_before = len(read_metrics(resumed))
     assert written_before < ROUNDS, "the first run was not interrupted"
     out = finish(rlhf_run(path, resumed))

@@ -19,15 +19,45 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import QUICK, JobFile, finish, read_metrics, rlhf_run, step_metrics, wait_for_file
+from conftest import (
+    QUICK,
+    JobFile,
+    finish,
+    read_metrics,
+    reward_file,
+    rlhf_run,
+    step_metrics,
+    wait_for_file,
+)
 
 STEPS = 6
+# The killed run must stop between its step-3 checkpoint and its last step, and tiny steps are
+# quicker than the test's poll: while `armed` exists, the reward function holds every call
+# made once the checkpoint is there, until the kill. Armed by a file, not by a variable: the
+# reward runs confined, with an allowlisted environment.
+HOLD_AFTER_CHECKPOINT = """import pathlib, time
+    armed, marker = pathlib.Path({armed!r}), pathlib.Path({marker!r})
+    for _ in range(300):
+        if not (armed.exists() and marker.exists()):
+            break
+        time.sleep(0.1)"""
 
 
-def kill_after_checkpoint(proc: subprocess.Popen[str], marker: Path, timeout: float = 600) -> None:
+def holding_reward(tmp_path: Path, marker: Path) -> tuple[dict[str, Any], Path]:
+    """The `models` section whose reward holds once `marker` exists while the returned file
+    exists (the tiny task's reward otherwise), and that file (not yet created)."""
+    armed = tmp_path / "armed"
+    body = HOLD_AFTER_CHECKPOINT.format(armed=str(armed), marker=str(marker))
+    return {"rewardFunction": {"path": reward_file(tmp_path, body)}}, armed
+
+
+def kill_after_checkpoint(
+    proc: subprocess.Popen[str], marker: Path, armed: Path, timeout: float = 600
+) -> None:
     wait_for_file(proc, marker, timeout)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=60)
+    armed.unlink()
 
 
 def eval_data(tmp_path: Path) -> dict[str, Any]:
@@ -58,18 +88,22 @@ def test_resume_after_kill_reproduces_the_straight_run(
 ) -> None:
     extra = eval_data(tmp_path) if more else {}
     training = {**QUICK["training"], "maxSteps": STEPS, "deterministic": True}
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    marker = resumed / "checkpoints" / "step-000003" / "COMPLETE"
+    models, armed = holding_reward(tmp_path, marker)
     path = job_file(
         algorithm={"name": algorithm, "normalizeReward": True, **extra.get("algorithm", {})},
+        models=models,
         rollout=QUICK["rollout"],
         training=training | extra.get("training", {}),
         checkpoint={"everySteps": STEPS // 2, "keep": 3},
         **({"data": extra["data"]} if more else {}),
     )
-    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     finish(rlhf_run(path, straight))
 
+    armed.touch()
     first = rlhf_run(path, resumed)
-    kill_after_checkpoint(first, resumed / "checkpoints" / "step-000003" / "COMPLETE")
+    kill_after_checkpoint(first, marker, armed)
     written_before = len(read_metrics(resumed))
     assert written_before < STEPS, "the first run was not interrupted"
     out = finish(rlhf_run(path, resumed))
