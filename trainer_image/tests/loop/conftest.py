@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -168,3 +169,34 @@ def reward_file(tmp_path: Path, body: str) -> str:
     path = tmp_path / "reward.py"
     path.write_text(WRAPPED_REWARD.format(base=str(TINY_TASK / "reward_func.py"), body=body))
     return str(path)
+
+
+# A killed run must stop between a checkpoint (step N) and its last step, and tiny steps are
+# quicker than the test's poll: while `armed` exists, the reward function holds every call
+# made once the checkpoint is there, until the kill. Armed by a file, not by a variable: the
+# reward runs confined, with an allowlisted environment.
+HOLD_AFTER_CHECKPOINT = """import pathlib, time
+    armed, marker = pathlib.Path({armed!r}), pathlib.Path({marker!r})
+    for _ in range(300):
+        if not (armed.exists() and marker.exists()):
+            break
+        time.sleep(0.1)"""
+
+
+def holding_reward(tmp_path: Path, marker: Path) -> tuple[dict[str, Any], Path]:
+    """The `models` section whose reward holds once `marker` exists while the returned file
+    exists (the tiny task's reward otherwise), and that file (not yet created)."""
+    armed = tmp_path / "armed"
+    body = HOLD_AFTER_CHECKPOINT.format(armed=str(armed), marker=str(marker))
+    return {"rewardFunction": {"path": reward_file(tmp_path, body)}}, armed
+
+
+def kill_after_checkpoint(
+    proc: subprocess.Popen[str], marker: Path, armed: Path, timeout: float = 600
+) -> None:
+    """SIGKILL the run (its process group: Ray goes too) once `marker` exists, then disarm
+    the reward `holding_reward` gave it, for the run that resumes."""
+    wait_for_file(proc, marker, timeout)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    armed.unlink()

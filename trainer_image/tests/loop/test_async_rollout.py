@@ -27,7 +27,7 @@ import torch
 import yaml
 from safetensors.torch import load_file
 from test_learning import first_and_last_fifth, grpo_manifest, run
-from test_resume import eval_data, holding_reward, kill_after_checkpoint
+from test_resume import eval_data
 
 from conftest import (
     EXAMPLE,
@@ -35,6 +35,8 @@ from conftest import (
     TINY_TASK,
     JobFile,
     finish,
+    holding_reward,
+    kill_after_checkpoint,
     read_metrics,
     rlhf_run,
     step_metrics,

@@ -14,13 +14,14 @@ from pathlib import Path
 
 import pytest
 from test_learning import mean, run
-from test_resume import holding_reward, kill_after_checkpoint
 
 from conftest import (
     QUICK,
     JobFile,
     assert_resume_was_exact,
     finish,
+    holding_reward,
+    kill_after_checkpoint,
     read_metrics,
     rlhf_run,
 )

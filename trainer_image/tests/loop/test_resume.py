@@ -9,9 +9,6 @@ the KL coefficient and the reward normaliser; the vLLM engines get the restored 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -23,41 +20,14 @@ from conftest import (
     QUICK,
     JobFile,
     finish,
+    holding_reward,
+    kill_after_checkpoint,
     read_metrics,
-    reward_file,
     rlhf_run,
     step_metrics,
-    wait_for_file,
 )
 
 STEPS = 6
-# The killed run must stop between its step-3 checkpoint and its last step, and tiny steps are
-# quicker than the test's poll: while `armed` exists, the reward function holds every call
-# made once the checkpoint is there, until the kill. Armed by a file, not by a variable: the
-# reward runs confined, with an allowlisted environment.
-HOLD_AFTER_CHECKPOINT = """import pathlib, time
-    armed, marker = pathlib.Path({armed!r}), pathlib.Path({marker!r})
-    for _ in range(300):
-        if not (armed.exists() and marker.exists()):
-            break
-        time.sleep(0.1)"""
-
-
-def holding_reward(tmp_path: Path, marker: Path) -> tuple[dict[str, Any], Path]:
-    """The `models` section whose reward holds once `marker` exists while the returned file
-    exists (the tiny task's reward otherwise), and that file (not yet created)."""
-    armed = tmp_path / "armed"
-    body = HOLD_AFTER_CHECKPOINT.format(armed=str(armed), marker=str(marker))
-    return {"rewardFunction": {"path": reward_file(tmp_path, body)}}, armed
-
-
-def kill_after_checkpoint(
-    proc: subprocess.Popen[str], marker: Path, armed: Path, timeout: float = 600
-) -> None:
-    wait_for_file(proc, marker, timeout)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=60)
-    armed.unlink()
 
 
 def eval_data(tmp_path: Path) -> dict[str, Any]:
